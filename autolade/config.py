@@ -1,0 +1,104 @@
+"""Decoding settings: validated, frozen, serialisable."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from .errors import ConfigError
+
+# Hard bounds: far beyond anything that pays on any hardware; past them a setting is a typo.
+MAX_WINDOW = 64
+MAX_NGRAM = 16
+MAX_GUESSES = 64
+MAX_PROMPT_LOOKUP = 64
+
+
+@dataclass(frozen=True)
+class LookaheadConfig:
+    """W/N/G and the verification branch's sources. ``window=0`` or ``ngram<2`` is plain greedy."""
+
+    window: int = 4  # W: Jacobi window columns; small on CPU (a packed step costs ~c(k)), 15 on an A100
+    ngram: int = 4  # N: n-gram size; the window holds N-1 levels, pool entries are N-1 tokens after a key
+    guesses: int = 4  # G: at most this many pool n-grams verified per step
+    prompt_lookup: int = 10  # longest draft taken by suffix-matching the context (what HF PLD drafts); 0 = off
+    prompt_lookup_ngram: int = 3  # longest suffix (tokens) matched for prompt lookup; shorter ones tried after
+    prompt_lookup_drafts: int = 2  # distinct earlier occurrences drafted per step (they share a prefix tree)
+    pool_per_key: int | None = None  # pool cap per key token; None = max(guesses, 4), so G can grow at run time
+    seed_pool_from_prompt: bool = True  # put the prompt's own n-grams in the pool before decoding
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "seed_pool_from_prompt":
+                if not isinstance(value, bool):
+                    raise ConfigError(f"seed_pool_from_prompt must be true or false, got {value!r}")
+                continue
+            if value is None and f.name == "pool_per_key":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{f.name} must be an integer, got {value!r}")
+            if value < 0:
+                raise ConfigError(f"{f.name} must be >= 0, got {value}; use window=0 for plain greedy")
+        _bound("window", self.window, MAX_WINDOW)
+        _bound("ngram", self.ngram, MAX_NGRAM)
+        _bound("guesses", self.guesses, MAX_GUESSES)
+        _bound("prompt_lookup", self.prompt_lookup, MAX_PROMPT_LOOKUP)
+        _bound("prompt_lookup_ngram", self.prompt_lookup_ngram, 8)
+        _bound("prompt_lookup_drafts", self.prompt_lookup_drafts, 8)
+        if self.pool_per_key is not None:
+            _bound("pool_per_key", self.pool_per_key, 4 * MAX_GUESSES)
+        if self.prompt_lookup > 0 and self.prompt_lookup_ngram < 1:
+            raise ConfigError("prompt_lookup_ngram must be >= 1 when prompt_lookup > 0 (or set prompt_lookup=0)")
+
+    @property
+    def lookahead(self) -> bool:
+        """Whether the Jacobi window runs at all."""
+        return self.window > 0 and self.ngram >= 2
+
+    @property
+    def greedy_only(self) -> bool:
+        """No drafting of any kind: every step is one token (plain greedy through autolade's loop)."""
+        return not self.lookahead and self.prompt_lookup == 0
+
+    @property
+    def levels(self) -> int:
+        """N-1: the window's depth and the length of a pool n-gram after its key."""
+        return max(self.ngram - 1, 0)
+
+    @property
+    def pool_cap(self) -> int:
+        return self.pool_per_key if self.pool_per_key is not None else max(self.guesses, 4)
+
+    def packed_size(self) -> int:
+        """Upper bound on tokens in one packed step: 1 + (N-1)W + G(N-1) + PLD drafts."""
+        if self.greedy_only:
+            return 1
+        window = self.levels * self.window if self.lookahead else 0
+        pool = self.guesses * self.levels if self.lookahead else 0
+        return 1 + window + pool + self.prompt_lookup * self.prompt_lookup_drafts
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LookaheadConfig":
+        if not isinstance(data, dict):
+            raise ConfigError(f"decoding settings must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown decoding setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+    def with_(self, **changes: Any) -> "LookaheadConfig":
+        return replace(self, **changes)
+
+
+
+def _bound(name: str, value: int, upper: int) -> None:
+    if value > upper:
+        raise ConfigError(f"{name}={value} is beyond the supported maximum {upper}; pick a value in 0..{upper}")
+
+
+GREEDY = LookaheadConfig(window=0, guesses=0, prompt_lookup=0)  # plain greedy through the same loop

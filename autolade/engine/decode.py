@@ -1,0 +1,246 @@
+"""The decode loop, as a chain of small functions: prefill -> (plan, pack, forward, verify, commit)*.
+
+The engine knows nothing about tokenization: token ids in, token ids out.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ..config import LookaheadConfig
+from ..policies import Policy, StaticPolicy, StepOutcome, StepPlan
+from .cache import KVCache
+from .layout import DraftTree, Layout, PackedStep, additive_mask
+from .pool import NgramPool, SuffixIndex
+from .window import JacobiWindow
+
+
+@dataclass
+class StepRecord:
+    window: int
+    guesses: int
+    packed: int
+    accepted: int
+    new_tokens: int
+    step_ms: float
+    forward_ms: float
+
+
+@dataclass
+class DecodeLog:
+    """Per-step history plus totals; ``api`` turns it into ``res.stats``."""
+
+    steps: list[StepRecord] = field(default_factory=list)
+    prefill_ms: float = 0.0
+    stop_reason: str = ""
+
+
+class ModelRunner:
+    """One model's forward with an explicit cache, mask and positions; detects the kwarg names once."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+        self.num_layers = int(cfg.num_hidden_layers)
+        params = inspect.signature(model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        layer_types = list(getattr(cfg, "layer_types", None) or [])
+        self.sliding_window: int | None = getattr(cfg, "sliding_window", None) if "sliding_attention" in layer_types else None
+        self.mask_types = sorted(set(layer_types)) if self.sliding_window else None
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+
+    def new_cache(self, capacity: int) -> KVCache:
+        return KVCache(num_layers=self.num_layers, capacity=capacity)
+
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *, mask=None, keep: torch.Tensor | int = 1
+    ) -> torch.Tensor:
+        """Logits [m, V] for the kept positions (``keep``: an index tensor, or the last n)."""
+        out = self.model(
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=mask,
+            use_cache=True,
+            logits_to_keep=keep,
+            **{self.cache_kw: cache.hf},
+        )
+        return out.logits[0]
+
+    def packed_mask(self, step: PackedStep, prefix_len: int):
+        full = additive_mask(step, prefix_len=prefix_len, dtype=self.dtype, device=self.device)
+        if self.sliding_window is None:
+            return full
+        sliding = additive_mask(
+            step, prefix_len=prefix_len, dtype=self.dtype, device=self.device, sliding_window=self.sliding_window
+        )
+        return {"full_attention": full, "sliding_attention": sliding} | {
+            t: sliding if "sliding" in t else full for t in self.mask_types if t not in ("full_attention", "sliding_attention")
+        }
+
+
+class Drafter:
+    """The verification branch's sources (pool + suffix index) and the lookahead window."""
+
+    def __init__(self, config: LookaheadConfig, prompt: Sequence[int]) -> None:
+        self.config = config
+        self.index = SuffixIndex(max_ngram=max(config.prompt_lookup_ngram, 1))
+        self.index.extend(prompt)
+        self.pool: NgramPool | None = None
+        self.window: JacobiWindow | None = None
+        if config.lookahead:
+            self.pool = NgramPool(cap=config.pool_cap)
+            if config.seed_pool_from_prompt and config.levels >= 1:
+                self.pool.seed(prompt, n=config.ngram)
+            self.window = JacobiWindow(width=config.window, levels=config.levels, seed_tokens=prompt)
+
+    def tree(self, plan: StepPlan) -> tuple[DraftTree, int]:
+        """The draft tree for this step, and how many of its nodes (root included) came from prompt lookup."""
+        last = self.index.tokens[-1]
+        tree = DraftTree(last)
+        if plan.draft_len:
+            for draft in self.index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts):
+                tree.add(draft)
+        lookup_nodes = len(tree)
+        if self.pool is not None and plan.guesses:
+            for gram in self.pool.get(last, plan.guesses):
+                tree.add(gram)
+        return tree, lookup_nodes
+
+    def window_rows(self, plan: StepPlan) -> list[list[int]] | None:
+        if self.window is None or plan.window <= 0:
+            return None
+        if plan.window != self.window.width:
+            self.window.resize(plan.window, fill_tokens=self.index.tokens[-64:])
+        return self.window.rows
+
+    def advance_window(self, predictions: list[int]) -> None:
+        keys, grams = self.window.advance(predictions)
+        if keys:
+            self.pool.add_many(keys, grams)
+
+    def commit(self, tokens: Sequence[int]) -> None:
+        self.index.extend(tokens)
+
+
+def prefill(runner: ModelRunner, cache: KVCache, prompt: torch.Tensor) -> int:
+    """Run the prompt; returns the first new token (greedy). ``prompt``: [1, T]."""
+    t = prompt.shape[1]
+    positions = torch.arange(t, device=runner.device).unsqueeze(0)  # [1, T]
+    logits = runner.forward(prompt, positions, cache, keep=1)  # [1, V]
+    return int(logits[-1].argmax())
+
+
+def decode_one_token(runner: ModelRunner, cache: KVCache, last: int) -> int:
+    """Plain greedy step, the same forward HF generate runs (no custom mask)."""
+    t = cache.length
+    ids = torch.tensor([[last]], device=runner.device)
+    positions = torch.tensor([[t]], device=runner.device)
+    return int(runner.forward(ids, positions, cache, keep=1)[-1].argmax())
+
+
+def lookahead_step(
+    runner: ModelRunner, cache: KVCache, layout: Layout, drafter: Drafter, plan: StepPlan
+) -> tuple[list[int], StepOutcome]:
+    """One packed forward: verify the draft tree, advance the window, keep the accepted KV rows."""
+    t0 = time.perf_counter()
+    base = cache.length  # = position of the last accepted token, which is not in the cache yet
+    tree, n_lookup = drafter.tree(plan)
+    rows = drafter.window_rows(plan)
+    if len(tree) == 1 and rows is None:
+        tf = time.perf_counter()
+        tok = decode_one_token(runner, cache, tree.tokens[0])
+        forward_s = time.perf_counter() - tf
+        return [tok], StepOutcome(plan, 1, 0, 0, "none", time.perf_counter() - t0, forward_s)
+    step = layout.build(tree, rows, t=base)
+    mask = runner.packed_mask(step, base)
+    tf = time.perf_counter()
+    logits = runner.forward(step.input_ids, step.position_ids, cache, mask=mask, keep=step.keep)  # [m, V]
+    argmax = logits.argmax(-1).tolist()
+    forward_s = time.perf_counter() - tf
+    path, new = tree.walk(argmax[: step.n_tree])
+    if rows is not None:
+        drafter.advance_window(argmax[step.n_tree :])
+    cache.keep(base, [0] + path)
+    source = "none" if not path else ("lookup" if path[-1] < n_lookup else "pool")
+    outcome = StepOutcome(plan, step.size, len(tree) - 1, len(path), source, time.perf_counter() - t0, forward_s)
+    return new, outcome
+
+
+def lookahead_decode(
+    model: torch.nn.Module,
+    prompt: torch.Tensor,
+    *,
+    config: LookaheadConfig,
+    max_new_tokens: int,
+    eos_ids: Sequence[int] = (),
+    stop: Callable[[list[int]], bool] | None = None,
+    policy: Policy | None = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
+) -> tuple[list[int], DecodeLog]:
+    """Greedy lookahead decoding of ``prompt`` [1, T]; returns the new tokens and the step log.
+
+    Stops after ``max_new_tokens``, at the first of ``eos_ids`` (kept, as generate does) or when
+    ``stop(new_tokens)`` is true.
+    """
+    runner = ModelRunner(model)
+    policy = policy or StaticPolicy(config)
+    prompt_list = prompt[0].tolist()
+    capacity = len(prompt_list) + max_new_tokens + config.packed_size() + 8
+    cache = runner.new_cache(capacity)
+    layout = Layout(device=runner.device)
+    drafter = Drafter(config, prompt_list)
+    eos = set(int(e) for e in eos_ids)
+    log = DecodeLog()
+    out: list[int] = []
+
+    def commit(tokens: list[int]) -> bool:
+        """Append tokens up to a stop; True when decoding is over."""
+        done = False
+        for i, tok in enumerate(tokens):
+            if tok in eos:
+                tokens, done, log.stop_reason = tokens[: i + 1], True, "eos"
+                break
+        room = max_new_tokens - len(out)
+        if len(tokens) >= room:
+            if len(tokens) > room or not done:
+                log.stop_reason = "max_new_tokens"
+            tokens, done = tokens[:room], True
+        out.extend(tokens)
+        drafter.commit(tokens)
+        if on_tokens is not None and tokens:
+            on_tokens(tokens)
+        if not done and stop is not None and stop(out):
+            done, log.stop_reason = True, "stop"
+        return done
+
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        first = prefill(runner, cache, prompt.to(runner.device))
+        log.prefill_ms = (time.perf_counter() - t0) * 1e3
+        if max_new_tokens <= 0:
+            log.stop_reason = "max_new_tokens"
+            return out, log
+        done = commit([first])
+        while not done:
+            plan = policy.plan()
+            new, outcome = lookahead_step(runner, cache, layout, drafter, plan)
+            policy.update(outcome)
+            log.steps.append(
+                StepRecord(
+                    window=plan.window if drafter.window is not None else 0,
+                    guesses=plan.guesses,
+                    packed=outcome.packed,
+                    accepted=outcome.accepted,
+                    new_tokens=len(new),
+                    step_ms=outcome.step_s * 1e3,
+                    forward_ms=outcome.forward_s * 1e3,
+                )
+            )
+            done = commit(new)
+    return out, log
