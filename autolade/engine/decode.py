@@ -17,6 +17,7 @@ from ..policies import Policy, StaticPolicy, StepOutcome, StepPlan
 from .cache import KVCache
 from .layout import DraftTree, Layout, PackedStep, additive_mask
 from .pool import NgramPool, SuffixIndex
+from .verify import GreedyVerifier
 from .window import JacobiWindow
 
 
@@ -128,24 +129,23 @@ class Drafter:
         self.index.extend(tokens)
 
 
-def prefill(runner: ModelRunner, cache: KVCache, prompt: torch.Tensor) -> int:
-    """Run the prompt; returns the first new token (greedy). ``prompt``: [1, T]."""
+def prefill(runner: ModelRunner, cache: KVCache, prompt: torch.Tensor) -> torch.Tensor:
+    """Run the prompt; returns the logits [V] of the first new token. ``prompt``: [1, T]."""
     t = prompt.shape[1]
     positions = torch.arange(t, device=runner.device).unsqueeze(0)  # [1, T]
-    logits = runner.forward(prompt, positions, cache, keep=1)  # [1, V]
-    return int(logits[-1].argmax())
+    return runner.forward(prompt, positions, cache, keep=1)[-1]  # [V]
 
 
-def decode_one_token(runner: ModelRunner, cache: KVCache, last: int) -> int:
-    """Plain greedy step, the same forward HF generate runs (no custom mask)."""
+def decode_one_token(runner: ModelRunner, cache: KVCache, last: int) -> torch.Tensor:
+    """Plain step, the same forward HF generate runs (no custom mask); returns logits [V]."""
     t = cache.length
     ids = torch.tensor([[last]], device=runner.device)
     positions = torch.tensor([[t]], device=runner.device)
-    return int(runner.forward(ids, positions, cache, keep=1)[-1].argmax())
+    return runner.forward(ids, positions, cache, keep=1)[-1]
 
 
 def lookahead_step(
-    runner: ModelRunner, cache: KVCache, layout: Layout, drafter: Drafter, plan: StepPlan
+    runner: ModelRunner, cache: KVCache, layout: Layout, drafter: Drafter, plan: StepPlan, verifier
 ) -> tuple[list[int], StepOutcome]:
     """One packed forward: verify the draft tree, advance the window, keep the accepted KV rows."""
     t0 = time.perf_counter()
@@ -154,18 +154,18 @@ def lookahead_step(
     rows = drafter.window_rows(plan)
     if len(tree) == 1 and rows is None:
         tf = time.perf_counter()
-        tok = decode_one_token(runner, cache, tree.tokens[0])
+        logits = decode_one_token(runner, cache, tree.tokens[0])
+        tok = verifier.first(logits, drafter.index.tokens)
         forward_s = time.perf_counter() - tf
         return [tok], StepOutcome(plan, 1, 0, 0, "none", time.perf_counter() - t0, forward_s)
     step = layout.build(tree, rows, t=base)
     mask = runner.packed_mask(step, base)
     tf = time.perf_counter()
     logits = runner.forward(step.input_ids, step.position_ids, cache, mask=mask, keep=step.keep)  # [m, V]
-    argmax = logits.argmax(-1).tolist()
+    path, new = verifier.verify(tree, logits[: step.n_tree], drafter.index.tokens)  # waits for the forward
     forward_s = time.perf_counter() - tf
-    path, new = tree.walk(argmax[: step.n_tree])
     if rows is not None:
-        drafter.advance_window(argmax[step.n_tree :])
+        drafter.advance_window(logits[step.n_tree :].argmax(-1).tolist())
     cache.keep(base, [0] + path)
     source = "none" if not path else ("lookup" if path[-1] < n_lookup else "pool")
     outcome = StepOutcome(plan, step.size, len(tree) - 1, len(path), source, time.perf_counter() - t0, forward_s)
@@ -181,6 +181,7 @@ def lookahead_decode(
     eos_ids: Sequence[int] = (),
     stop: Callable[[list[int]], bool] | None = None,
     policy: Policy | None = None,
+    verifier=None,
     on_tokens: Callable[[list[int]], None] | None = None,
 ) -> tuple[list[int], DecodeLog]:
     """Greedy lookahead decoding of ``prompt`` [1, T]; returns the new tokens and the step log.
@@ -190,6 +191,7 @@ def lookahead_decode(
     """
     runner = ModelRunner(model)
     policy = policy or StaticPolicy(config)
+    verifier = verifier or GreedyVerifier()
     prompt_list = prompt[0].tolist()
     capacity = len(prompt_list) + max_new_tokens + config.packed_size() + 8
     cache = runner.new_cache(capacity)
@@ -221,7 +223,7 @@ def lookahead_decode(
 
     with torch.inference_mode():
         t0 = time.perf_counter()
-        first = prefill(runner, cache, prompt.to(runner.device))
+        first = verifier.first(prefill(runner, cache, prompt.to(runner.device)), prompt_list)
         log.prefill_ms = (time.perf_counter() - t0) * 1e3
         if max_new_tokens <= 0:
             log.stop_reason = "max_new_tokens"
@@ -229,7 +231,7 @@ def lookahead_decode(
         done = commit([first])
         while not done:
             plan = policy.plan()
-            new, outcome = lookahead_step(runner, cache, layout, drafter, plan)
+            new, outcome = lookahead_step(runner, cache, layout, drafter, plan, verifier)
             policy.update(outcome)
             log.steps.append(
                 StepRecord(

@@ -1,0 +1,207 @@
+"""Public entry points: ``load`` and ``generate``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from .config import LookaheadConfig
+from .engine.decode import DecodeLog, lookahead_decode
+from .errors import ConfigError, InputError
+from .policies import Policy, StaticPolicy
+
+
+@dataclass(frozen=True)
+class GenerateStats:
+    """What a generation did; ``res.stats``."""
+
+    steps: int  # forward passes after the prefill
+    new_tokens: int
+    tokens_per_step: float  # compression: new tokens / steps
+    accepted_per_step: float  # draft tokens accepted per step (bonus token not counted)
+    wall_s: float  # prefill included
+    tokens_per_s: float
+    prefill_ms: float
+    forward_ms: float  # model forwards of the decode steps
+    overhead_ms: float  # autolade's own work in the decode steps (drafting, masks, verify, cache)
+    stop_reason: str  # "eos", "max_new_tokens" or "stop"
+    settings: dict[str, Any]  # the LookaheadConfig used
+    settings_source: str  # "explicit", "default", or the profile it came from
+    policy: str
+    per_step: dict[str, list] = field(repr=False, default_factory=dict)  # window, guesses, packed, accepted, step_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        return (
+            f"{self.new_tokens} tokens in {self.steps} steps ({self.tokens_per_step:.2f} tokens/step), "
+            f"{self.tokens_per_s:.1f} tok/s, {self.wall_s:.2f} s; forward {self.forward_ms:.0f} ms, "
+            f"autolade overhead {self.overhead_ms:.0f} ms; settings W={self.settings['window']} "
+            f"N={self.settings['ngram']} G={self.settings['guesses']} "
+            f"lookup={self.settings['prompt_lookup']} ({self.settings_source}), policy {self.policy}"
+        )
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    sequences: torch.Tensor  # [1, prompt + new], as model.generate returns
+    stats: GenerateStats
+
+
+def load(name_or_path: str = "smollm2-135m", *, dtype: str = "float32", trust_remote_code: bool = False):
+    """(model, tokenizer) for a registry name, a local HF dir, a cached hub id or a .gguf file."""
+    from .models import load as _load
+
+    return _load(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
+
+
+def generate(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    *,
+    max_new_tokens: int = 256,
+    window: int | None = None,
+    ngram: int | None = None,
+    guesses: int | None = None,
+    config: LookaheadConfig | None = None,
+    policy: Policy | None = None,
+    workload: str | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    stop_token_ids: Sequence[int] | None = None,
+    stop_strings: Sequence[str] | None = None,
+    tokenizer: Any = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
+) -> GenerateResult:
+    """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
+
+    W/N/G come from ``config``, or from ``window``/``ngram``/``guesses`` (the rest from the
+    defaults), or, with none of them given, from the best stored profile for this hardware,
+    model and ``workload``, else from built-in defaults.
+    """
+    ids = _check_input(model, input_ids, max_new_tokens)
+    config, source = _resolve_config(model, config, window, ngram, guesses, workload)
+    policy = policy or StaticPolicy(config)
+    eos = _eos_ids(model, eos_token_id)
+    stop = _stop_fn(stop_token_ids, stop_strings, tokenizer)
+    t0 = time.perf_counter()
+    new, log = lookahead_decode(
+        model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens
+    )
+    wall = time.perf_counter() - t0
+    seq = torch.cat([ids, torch.tensor([new], dtype=ids.dtype, device=ids.device)], dim=1)
+    return GenerateResult(sequences=seq, stats=_stats(log, len(new), wall, config, source, policy))
+
+
+def _check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) -> torch.Tensor:
+    if not isinstance(input_ids, torch.Tensor):
+        raise InputError("input_ids must be a torch.LongTensor of shape [1, T] (use tokenizer(..., return_tensors='pt'))")
+    if input_ids.dim() == 1:
+        input_ids = input_ids.unsqueeze(0)
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise InputError(f"input_ids must have shape [1, T] (one sequence); got {tuple(input_ids.shape)}")
+    if input_ids.dtype not in (torch.int64, torch.int32):
+        raise InputError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    if input_ids.shape[1] == 0:
+        raise InputError("the prompt is empty: give at least one token")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ConfigError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+    vocab = int(getattr(cfg, "vocab_size", 0) or 0)
+    if vocab and (int(input_ids.max()) >= vocab or int(input_ids.min()) < 0):
+        raise InputError(f"input_ids hold ids outside the model's vocabulary 0..{vocab - 1}: wrong tokenizer?")
+    limit = getattr(cfg, "max_position_embeddings", None)
+    if limit and input_ids.shape[1] + max_new_tokens > limit:
+        raise InputError(
+            f"prompt ({input_ids.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) exceeds the model's "
+            f"context of {limit} tokens: shorten the prompt or lower max_new_tokens"
+        )
+    device = next(model.parameters()).device
+    return input_ids.to(device=device, dtype=torch.long)
+
+
+def _resolve_config(model, config, window, ngram, guesses, workload) -> tuple[LookaheadConfig, str]:
+    overrides = {k: v for k, v in (("window", window), ("ngram", ngram), ("guesses", guesses)) if v is not None}
+    if config is not None:
+        if not isinstance(config, LookaheadConfig):
+            raise ConfigError("config must be an autolade.LookaheadConfig")
+        return (config.with_(**overrides) if overrides else config), "explicit"
+    if overrides:
+        return LookaheadConfig(**overrides), "explicit"
+    return _profile_config(model, workload)
+
+
+def _profile_config(model, workload: str | None) -> tuple[LookaheadConfig, str]:
+    """The stored profile for this hardware/model/workload, else the built-in default."""
+    from .profiles import resolve_profile
+
+    return resolve_profile(model, workload=workload)
+
+
+def _eos_ids(model, eos_token_id) -> list[int]:
+    if eos_token_id is None:
+        gen = getattr(model, "generation_config", None)
+        eos_token_id = getattr(gen, "eos_token_id", None)
+        if eos_token_id is None:
+            eos_token_id = getattr(model.config, "eos_token_id", None)
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, int):
+        return [eos_token_id]
+    return [int(e) for e in eos_token_id]
+
+
+def _stop_fn(stop_token_ids, stop_strings, tokenizer) -> Callable[[list[int]], bool] | None:
+    ids = set(int(i) for i in stop_token_ids or ())
+    strings = [s for s in stop_strings or () if s]
+    if stop_strings and not strings:
+        raise ConfigError("stop_strings must be non-empty strings")
+    if strings and tokenizer is None:
+        raise ConfigError("stop_strings need tokenizer= to decode the output")
+    if not ids and not strings:
+        return None
+    tail = max((len(s) for s in strings), default=0) + 16
+
+    def stop(tokens: list[int]) -> bool:
+        if ids and any(t in ids for t in tokens[-64:]):
+            return True
+        if strings:
+            text = tokenizer.decode(tokens[-tail:], skip_special_tokens=False)
+            return any(s in text for s in strings)
+        return False
+
+    return stop
+
+
+def _stats(log: DecodeLog, n_new: int, wall: float, config: LookaheadConfig, source: str, policy) -> GenerateStats:
+    steps = len(log.steps)
+    forward = sum(s.forward_ms for s in log.steps)
+    step_total = sum(s.step_ms for s in log.steps)
+    accepted = sum(s.accepted for s in log.steps)
+    decode_tokens = max(n_new - 1, 0)  # the first token comes from the prefill
+    return GenerateStats(
+        steps=steps,
+        new_tokens=n_new,
+        tokens_per_step=decode_tokens / steps if steps else float(n_new),
+        accepted_per_step=accepted / steps if steps else 0.0,
+        wall_s=wall,
+        tokens_per_s=n_new / wall if wall > 0 else 0.0,
+        prefill_ms=log.prefill_ms,
+        forward_ms=forward,
+        overhead_ms=step_total - forward,
+        stop_reason=log.stop_reason,
+        settings=config.to_dict(),
+        settings_source=source,
+        policy=getattr(policy, "name", type(policy).__name__),
+        per_step={
+            "window": [s.window for s in log.steps],
+            "guesses": [s.guesses for s in log.steps],
+            "packed": [s.packed for s in log.steps],
+            "accepted": [s.accepted for s in log.steps],
+            "step_ms": [round(s.step_ms, 3) for s in log.steps],
+        },
+    )

@@ -1,0 +1,381 @@
+"""The step-latency curve c(k): what one cached forward of k packed tokens costs.
+
+Lookahead decoding wins when it accepts r tokens per step and r * c(1) / c(k) > 1. This
+module measures c(k) on the real model, derives "spare compute" and the speedup bound, and
+picks curve-based default settings. ``autolade.hardware`` re-exports everything here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import GREEDY, LookaheadConfig
+from .errors import ProfileError
+
+CPU_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # geometric, plus in-betweens where CPU curves bend
+GPU_KS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256)  # GPUs stay flat much further
+SPARE_COMPUTE_RATIO = 1.25  # "spare compute" = largest k costing at most this times c(1)
+CURVE_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StepCurve:
+    """Median milliseconds of one cached forward of k packed tokens, per context length."""
+
+    points: dict[int, dict[int, float]]  # {context: {k: ms}}, every context measured at the same ks
+    device: str = "cpu"  # torch device the model ran on
+    dtype: str = "float32"  # model dtype, e.g. "float32" / "bfloat16"
+    repeats: int = 5  # timed forwards per point (the median is kept)
+    model: str | None = None  # model name, for display only
+    torch_threads: int | None = None  # torch.get_num_threads() while measuring (CPU)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.points, dict) or not self.points:
+            raise ProfileError("step curve: points must be a non-empty {context: {k: ms}} mapping")
+        for context, row in self.points.items():
+            if not isinstance(context, int) or context < 0:
+                raise ProfileError(f"step curve: context must be an integer >= 0, got {context!r}")
+            if not isinstance(row, dict) or 1 not in row:
+                raise ProfileError(f"step curve: context {context} must include k=1 (the greedy step)")
+            for k, ms in row.items():
+                if not isinstance(k, int) or k < 1:
+                    raise ProfileError(f"step curve: k must be an integer >= 1, got {k!r}")
+                if not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms <= 0:
+                    raise ProfileError(f"step curve: cost at context {context}, k={k} must be positive ms, got {ms!r}")
+
+    @property
+    def contexts(self) -> list[int]:
+        return sorted(self.points)
+
+    @property
+    def ks(self) -> list[int]:
+        """The ks measured at every context."""
+        common = set.intersection(*(set(row) for row in self.points.values()))
+        return sorted(common)
+
+    def cost(self, k: float, context: int | None = None) -> float:
+        """c(k) in ms: piecewise-linear in k and in context, clamped to the measured range.
+
+        ``context=None`` averages over the measured contexts.
+        """
+        if context is None:
+            return statistics.fmean(self._cost_at(ctx, k) for ctx in self.contexts)
+        contexts = self.contexts
+        return _interp(contexts, [self._cost_at(ctx, k) for ctx in contexts], context)
+
+    def _cost_at(self, context: int, k: float) -> float:
+        row = self.points[context]
+        ks = sorted(row)
+        return _interp(ks, [row[x] for x in ks], k)
+
+    def relative(self, k: float, context: int | None = None) -> float:
+        """c(k) / c(1)."""
+        return self.cost(k, context) / self.cost(1, context)
+
+    def spare_compute(self, context: int | None = None) -> int:
+        """Largest measured k such that every measured k' <= k costs at most 1.25 x c(1)."""
+        best = 1
+        limit = SPARE_COMPUTE_RATIO * self.cost(1, context)
+        for k in self.ks:
+            if self.cost(k, context) > limit:
+                break
+            best = k
+        return best
+
+    def speedup_bound(self, window: int, ngram: int, guesses: int, *, context: int | None = None) -> float:
+        """Upper bound on lookahead speedup over greedy for these W/N/G.
+
+        A step accepts at most N tokens (a full (N-1)-token candidate plus the bonus token)
+        and packs k = 1 + (N-1)W + G(N-1) tokens, so the bound is N * c(1) / c(k). Past the
+        largest measured k the cost is clamped, which only loosens the bound.
+        """
+        if window <= 0 or ngram < 2:
+            return 1.0
+        k = packed_tokens(window=window, ngram=ngram, guesses=guesses)
+        return ngram * self.cost(1, context) / self.cost(k, context)
+
+    def table(self) -> str:
+        """Readable table: one row per k, one column per context (ms and x c(1))."""
+        contexts = self.contexts
+        head = "     k  " + "".join(f"  ctx {ctx:>5} ms   (x c1)" for ctx in contexts)
+        lines = [head]
+        for k in self.ks:
+            cells = []
+            for ctx in contexts:
+                ms = self.points[ctx][k]
+                cells.append(f"  {ms:>12.2f}   ({ms / self.points[ctx][1]:>4.2f})")
+            lines.append(f"{k:>6}  " + "".join(cells))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": CURVE_FORMAT_VERSION,
+            "device": self.device,
+            "dtype": self.dtype,
+            "repeats": self.repeats,
+            "model": self.model,
+            "torch_threads": self.torch_threads,
+            # JSON keys are strings; from_dict turns them back into ints
+            "points": {str(ctx): {str(k): round(ms, 4) for k, ms in sorted(row.items())} for ctx, row in sorted(self.points.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "StepCurve":
+        if not isinstance(data, dict):
+            raise ProfileError(f"step curve must be a JSON object, got {type(data).__name__}")
+        if data.get("version", CURVE_FORMAT_VERSION) != CURVE_FORMAT_VERSION:
+            raise ProfileError(f"step curve version {data.get('version')!r} is not supported (expected {CURVE_FORMAT_VERSION})")
+        raw = data.get("points")
+        if not isinstance(raw, dict):
+            raise ProfileError("step curve: 'points' must be a {context: {k: ms}} object")
+        try:
+            points = {int(ctx): {int(k): float(ms) for k, ms in row.items()} for ctx, row in raw.items()}
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ProfileError(f"step curve: 'points' must map integer contexts to {{k: ms}}: {exc}") from None
+        for key, kind in (("device", str), ("dtype", str), ("repeats", int)):
+            if key in data and not isinstance(data[key], kind):
+                raise ProfileError(f"step curve: '{key}' must be {kind.__name__}, got {data[key]!r}")
+        return cls(
+            points=points,
+            device=data.get("device", "cpu"),
+            dtype=data.get("dtype", "float32"),
+            repeats=data.get("repeats", 5),
+            model=data.get("model"),
+            torch_threads=data.get("torch_threads"),
+        )
+
+
+def packed_tokens(*, window: int, ngram: int, guesses: int) -> int:
+    """k = 1 + (N-1)W + G(N-1): the packed tokens of one lookahead step (no prompt lookup)."""
+    if window <= 0 or ngram < 2:
+        return 1
+    return 1 + (ngram - 1) * window + guesses * (ngram - 1)
+
+
+def _interp(xs: list[int], ys: list[float], x: float) -> float:
+    """Piecewise-linear interpolation through sorted xs, clamped at both ends."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return ys[-1]  # pragma: no cover - unreachable for sorted xs
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+def measure_step_curve(
+    model: Any,
+    *,
+    ks: list[int] | tuple[int, ...] | None = None,
+    contexts: list[int] | tuple[int, ...] = (128, 512),
+    repeats: int = 5,
+    warmup: int = 2,
+    name: str | None = None,
+) -> StepCurve:
+    """Time one cached forward of k packed tokens after a prefill of ``context`` tokens.
+
+    Each point is the median of ``repeats`` forwards (after ``warmup`` untimed ones) of k
+    tokens with explicit position ids and a float 4-D additive mask [1, 1, k, context + k]
+    (causal inside the block: the cost is what matters here, not the pattern). The cache is
+    cropped back to ``context`` after every forward, so each point sees the same prefix.
+    """
+    import torch
+
+    param = next(model.parameters())
+    device, dtype = param.device, param.dtype
+    if ks is None:
+        ks = GPU_KS if device.type == "cuda" else CPU_KS
+    ks = sorted({int(k) for k in ks})
+    if not ks or ks[0] < 1:
+        raise ProfileError(f"ks must be positive integers, got {ks}")
+    if 1 not in ks:
+        ks = [1, *ks]
+    if repeats < 1 or warmup < 0:
+        raise ProfileError(f"repeats must be >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit and max(contexts) + ks[-1] > limit:
+        raise ProfileError(
+            f"context {max(contexts)} + k {ks[-1]} exceeds the model's max_position_embeddings={limit}; "
+            "use shorter contexts or smaller ks"
+        )
+    vocab = int(model.config.vocab_size)
+    cache_kwarg = _cache_kwarg(model)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(0)
+    points: dict[int, dict[int, float]] = {}
+    with torch.inference_mode():
+        for context in contexts:
+            cache = _new_cache()
+            if context > 0:
+                prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
+                model(input_ids=prefix, use_cache=True, **{cache_kwarg: cache})
+            row: dict[int, float] = {}
+            for k in ks:
+                ids = torch.randint(0, vocab, (1, k), generator=gen).to(device)
+                positions = torch.arange(context, context + k, device=device)[None]
+                mask = torch.zeros((1, 1, k, context + k), dtype=dtype, device=device)
+                mask[0, 0, :, context:] = torch.triu(torch.full((k, k), float("-inf"), dtype=dtype, device=device), 1)
+                times = []
+                for i in range(warmup + repeats):
+                    sync()
+                    start = time.perf_counter()
+                    model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, **{cache_kwarg: cache})
+                    sync()
+                    elapsed = time.perf_counter() - start
+                    _crop(cache, k, context)
+                    if i >= warmup:
+                        times.append(elapsed * 1000.0)
+                row[k] = statistics.median(times)
+            points[int(context)] = row
+    return StepCurve(
+        points=points,
+        device=str(device),
+        dtype=str(dtype).removeprefix("torch."),
+        repeats=repeats,
+        model=name,
+        torch_threads=torch.get_num_threads() if device.type == "cpu" else None,
+    )
+
+
+def _new_cache() -> Any:
+    from transformers import DynamicCache
+
+    # no config: every layer keeps its full KV, so one [k, context + k] mask fits all layers
+    return DynamicCache()
+
+
+def _cache_kwarg(model: Any) -> str:
+    """transformers 5.x renames ``past_key_values=`` to ``cache=``; use what this version takes."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _crop(cache: Any, k: int, context: int) -> None:
+    """Drop the k tokens just appended. transformers 5.24: crop(-n) removes n; older: crop(max_length)."""
+    params = list(inspect.signature(cache.crop).parameters)
+    cache.crop(-k if params and params[0] == "tokens_to_remove" else context)
+    length = cache.get_seq_length()
+    if length != context:
+        raise ProfileError(f"cache crop left {length} tokens, expected {context}; unsupported transformers cache API")
+
+
+# --- plotting -------------------------------------------------------------------------------
+
+
+def plot_curve(curve: StepCurve, path: str | Path) -> Path:
+    """Write a PNG of c(k) per context (absolute ms, log-2 k axis) with the 1.25 x c(1) line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    try:
+        for ctx in curve.contexts:
+            ks = curve.ks
+            ax.plot(ks, [curve.points[ctx][k] for k in ks], marker="o", label=f"context {ctx}")
+            ax.axhline(SPARE_COMPUTE_RATIO * curve.points[ctx][1], linestyle=":", linewidth=0.8, color="grey")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("packed tokens per step (k)")
+        ax.set_ylabel("ms per forward")
+        title = f"step-latency curve: {curve.model or 'model'} {curve.dtype} on {curve.device}"
+        ax.set_title(f"{title}\nspare compute k={curve.spare_compute()} (dotted: 1.25 x c(1))", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+    return path
+
+
+# --- curve-based defaults -------------------------------------------------------------------
+
+# The acceptance model behind default_settings(). Deliberately modest and simple: it only has
+# to rank settings against the measured curve; the tuner replaces it with measured tokens/s.
+#
+# Lookahead: a drafted n-gram token matches the model's next greedy token with probability
+# HIT_RATE, independently; a step verifies G_eff = min(G, W) candidates (the window makes about
+# W fresh n-grams a step, so more guesses than that add little), so the chance that some
+# candidate gets at least j tokens right is 1 - (1 - HIT_RATE^j)^G_eff, and the expected extra
+# tokens are the sum over j = 1..N-1. HIT_RATE = 0.15 gives 1.3-1.7 tokens/step for small
+# W/N/G, which is what the official lookahead code reached on this project's 2-core CPU.
+#
+# Prompt lookup (PLD): a suffix match exists with probability PLD_MATCH, and then each drafted
+# token continues the match with probability PLD_CONTINUE (chat-like text; code and copy-heavy
+# inputs do far better, which the tuner finds).
+#
+# Both branches share one step: the model counts the better one, max(e_la, e_pld), which
+# underestimates a little. A setting must beat greedy by DEFAULT_MARGIN, else greedy wins:
+# a default slower than greedy is the failure this project exists to avoid.
+HIT_RATE = 0.15
+PLD_MATCH = 0.3
+PLD_CONTINUE = 0.6
+DEFAULT_MARGIN = 1.10
+_GRID_WINDOW = (1, 2, 3, 4, 5, 7, 10, 15)
+_GRID_NGRAM = (2, 3, 4, 5, 6)
+_GRID_GUESSES = (1, 2, 3, 4, 5, 7, 10, 15)
+_GRID_PLD = (0, 2, 3, 4, 6, 8, 10)
+
+
+def expected_tokens_per_step(config: LookaheadConfig) -> float:
+    """Expected accepted tokens per step under the modest acceptance model above."""
+    lookahead = 0.0
+    if config.lookahead and config.guesses > 0:
+        g_eff = min(config.guesses, config.window)
+        lookahead = sum(1.0 - (1.0 - HIT_RATE**j) ** g_eff for j in range(1, config.levels + 1))
+    pld = 0.0
+    if config.prompt_lookup > 0:
+        pld = PLD_MATCH * sum(PLD_CONTINUE**j for j in range(1, config.prompt_lookup + 1))
+    return 1.0 + max(lookahead, pld)
+
+
+def predicted_speedup(curve: StepCurve, config: LookaheadConfig, *, context: int | None = None) -> float:
+    """Acceptance-model speedup over greedy: r * c(1) / c(k), k = config.packed_size()."""
+    if config.greedy_only:
+        return 1.0
+    k = config.packed_size()
+    return expected_tokens_per_step(config) * curve.cost(1, context) / curve.cost(k, context)
+
+
+def default_settings(curve: StepCurve, *, context: int | None = None) -> LookaheadConfig:
+    """Curve-based default W/N/G: the grid point with the best predicted speedup.
+
+    Searches lookahead W/N/G with prompt lookup off or on (one draft of length L), keeps only
+    settings whose packed size lies within the measured ks (no extrapolation), and returns
+    plain greedy (``config.GREEDY``) unless the best beats greedy by 10%. On a curve where
+    k=2 already costs ~2x k=1 (fp32 on a small CPU) that means greedy or prompt lookup only.
+    """
+    k_max = max(curve.ks)
+    best, best_speedup = GREEDY, DEFAULT_MARGIN
+    for candidate in _grid():
+        if candidate.packed_size() > k_max:
+            continue
+        speedup = predicted_speedup(curve, candidate, context=context)
+        if speedup > best_speedup + 1e-9:
+            best, best_speedup = candidate, speedup
+    return best
+
+
+def _grid():
+    for pld in _GRID_PLD:
+        pld_args = {"prompt_lookup": pld, "prompt_lookup_drafts": 1} if pld else {"prompt_lookup": 0}
+        yield LookaheadConfig(window=0, guesses=0, **pld_args)
+        for window in _GRID_WINDOW:
+            for ngram in _GRID_NGRAM:
+                for guesses in _GRID_GUESSES:
+                    if guesses > window:
+                        continue  # G_eff = min(G, W): more guesses only cost
+                    yield LookaheadConfig(window=window, ngram=ngram, guesses=guesses, **pld_args)

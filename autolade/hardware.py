@@ -1,0 +1,407 @@
+"""What this machine is, for tuning: NVML on NVIDIA GPUs, measured micro-benchmarks on CPUs.
+
+``probe_hardware()`` never fails for lack of a GPU or of NVML: that is the normal CPU path,
+recorded as a note. The step-latency curve lives in ``autolade.curve`` and is re-exported here.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from .curve import (  # noqa: F401  (re-exported: the step curve is part of the hardware picture)
+    StepCurve,
+    default_settings,
+    expected_tokens_per_step,
+    measure_step_curve,
+    packed_tokens,
+    plot_curve,
+    predicted_speedup,
+)
+from .errors import ProfileError
+
+CPU_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8")
+
+# Dense bf16/fp16 tensor-core peak (TFLOP/s) from vendor spec sheets, matched by name substring,
+# most specific first. Used when the GPU is named here; else SMs x clock x per-SM rate.
+GPU_PEAK_TFLOPS = (
+    ("H200", 989.0),
+    ("H100 PCIe", 756.0),
+    ("H100 NVL", 835.0),
+    ("H100", 989.0),
+    ("A100", 312.0),
+    ("L40S", 362.0),
+    ("L40", 181.0),
+    ("L4", 121.0),
+    ("A10G", 70.0),
+    ("A10", 125.0),
+    ("RTX 4090", 165.0),
+    ("RTX 3090", 71.0),
+    ("V100", 125.0),
+    ("T4", 65.0),
+)
+
+# Dense fp16/bf16 tensor FLOPs per SM per clock, by compute-capability major.minor.
+PER_SM_FLOPS_PER_CLOCK = {
+    (7, 0): 1024,  # Volta
+    (7, 5): 1024,  # Turing
+    (8, 0): 2048,  # A100
+    (8, 6): 1024,  # GA10x
+    (8, 7): 1024,  # Orin
+    (8, 9): 1024,  # Ada
+    (9, 0): 4096,  # Hopper
+    (10, 0): 8192,  # Blackwell datacenter (approximate)
+}
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One NVIDIA GPU as NVML (and torch, for the SM count) reports it."""
+
+    index: int  # CUDA device index
+    name: str  # e.g. "NVIDIA H200"
+    memory_total: int | None = None  # bytes
+    memory_free: int | None = None  # bytes, at probe time
+    sm_count: int | None = None  # streaming multiprocessors (torch; NVML has no direct query)
+    compute_capability: tuple[int, int] | None = None  # (major, minor)
+    max_sm_clock_mhz: int | None = None  # NVML max SM clock
+    max_mem_clock_mhz: int | None = None  # NVML max memory clock
+    bus_width_bits: int | None = None  # memory bus width
+    driver_version: str | None = None  # NVIDIA driver
+    cuda_version: str | None = None  # CUDA version the driver supports
+    peak_flops: float | None = None  # dense bf16/fp16 tensor FLOP/s (estimate, see peak_flops_source)
+    peak_flops_source: str | None = None  # "spec table" or "SMs x clock x per-SM rate"
+    mem_bandwidth: float | None = None  # bytes/s, 2 x mem clock x bus width / 8 (DDR estimate)
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """The machine a model runs on, as far as tuning cares."""
+
+    device: str  # "cpu" or "cuda:N": where the model runs
+    cpu_model: str  # /proc/cpuinfo "model name" (or platform.processor())
+    cpu_vendor: str  # e.g. "AuthenticAMD", "GenuineIntel", "" when unknown
+    cpu_family: str  # /proc/cpuinfo "cpu family", "" when unknown
+    cpu_flags: tuple[str, ...]  # the flags of interest present (see CPU_FLAGS_OF_INTEREST)
+    logical_cpus: int | None  # os.cpu_count()
+    torch_threads: int  # torch.get_num_threads()
+    torch_version: str  # torch.__version__
+    gpus: tuple[GpuInfo, ...] = ()  # every GPU NVML sees (may be several; device says which runs)
+    cpu_fp32_flops: float | None = None  # measured matmul FLOP/s, fp32 (CPU path only)
+    cpu_bf16_flops: float | None = None  # measured matmul FLOP/s, bf16 (CPU path only)
+    cpu_mem_bandwidth: float | None = None  # measured copy bandwidth, bytes/s (CPU path only)
+    notes: tuple[str, ...] = field(default=())  # e.g. "NVML not available: <reason>"
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def gpu(self) -> GpuInfo | None:
+        """The GPU the model runs on, if any."""
+        if not self.is_gpu:
+            return None
+        index = int(self.device.partition(":")[2] or 0)
+        return next((g for g in self.gpus if g.index == index), None)
+
+    @property
+    def isa_class(self) -> str:
+        """The CPU's best matmul ISA: amx > avx512_bf16 > avx512 > avx2 > base."""
+        flags = set(self.cpu_flags)
+        for name, needed in (("amx", "amx_bf16"), ("avx512_bf16", "avx512_bf16"), ("avx512", "avx512f"), ("avx2", "avx2")):
+            if needed in flags:
+                return name
+        return "base"
+
+    @property
+    def fingerprint(self) -> str:
+        """What makes two machines "the same for tuning".
+
+        GPU: name, SM count and memory (a MIG slice or a cut-down part differs). CPU: model
+        name, torch threads and ISA class (threads change the curve as much as the chip).
+        """
+        gpu = self.gpu
+        if gpu is not None:
+            parts = ["cuda", _slug(gpu.name)]
+            if gpu.sm_count:
+                parts.append(f"{gpu.sm_count}sm")
+            if gpu.memory_total:
+                parts.append(f"{round(gpu.memory_total / 2**30)}GiB")
+            return ":".join(parts)
+        if self.is_gpu:
+            return f"cuda:{_slug(self.device)}"
+        return f"cpu:{_slug(self.cpu_model) or 'unknown'}:t{self.torch_threads}:{self.isa_class}"
+
+    @property
+    def hardware_class(self) -> str:
+        """Coarser key for the nearest-hardware fallback: the GPU name, or CPU vendor/family + ISA."""
+        gpu = self.gpu
+        if gpu is not None:
+            return f"cuda:{_slug(gpu.name)}"
+        if self.is_gpu:
+            return "cuda:unknown"
+        vendor = _slug(self.cpu_vendor) or _slug(self.cpu_model.split(" ")[0] if self.cpu_model else "") or "unknown"
+        family = f"f{self.cpu_family}" if self.cpu_family else "f?"
+        return f"cpu:{vendor}:{family}:{self.isa_class}"
+
+    def summary(self) -> str:
+        lines = [f"device:        {self.device}  (fingerprint {self.fingerprint}, class {self.hardware_class})"]
+        lines.append(f"cpu:           {self.cpu_model or 'unknown'}  [{', '.join(self.cpu_flags) or 'no flags of interest'}]")
+        lines.append(f"threads:       torch {self.torch_threads} of {self.logical_cpus or '?'} logical CPUs; torch {self.torch_version}")
+        if self.cpu_fp32_flops is not None:
+            lines.append(f"cpu matmul:    fp32 {_giga(self.cpu_fp32_flops)}FLOP/s, bf16 {_giga(self.cpu_bf16_flops)}FLOP/s (measured)")
+        if self.cpu_mem_bandwidth is not None:
+            lines.append(f"cpu memory:    {_giga(self.cpu_mem_bandwidth)}B/s copy bandwidth (measured)")
+        for gpu in self.gpus:
+            mark = "*" if gpu is self.gpu else " "
+            mem = f"{gpu.memory_total / 2**30:.1f} GiB" if gpu.memory_total else "? GiB"
+            free = f", {gpu.memory_free / 2**30:.1f} GiB free" if gpu.memory_free is not None else ""
+            lines.append(f"gpu {gpu.index}{mark}:        {gpu.name}, {mem}{free}, {gpu.sm_count or '?'} SMs, cc {_cc(gpu.compute_capability)}")
+            lines.append(
+                f"               clocks SM {gpu.max_sm_clock_mhz or '?'} MHz / mem {gpu.max_mem_clock_mhz or '?'} MHz, "
+                f"bus {gpu.bus_width_bits or '?'} bit; driver {gpu.driver_version or '?'}, CUDA {gpu.cuda_version or '?'}"
+            )
+            if gpu.peak_flops:
+                lines.append(f"               peak ~{gpu.peak_flops / 1e12:.0f} TFLOP/s bf16 (estimate: {gpu.peak_flops_source})")
+            if gpu.mem_bandwidth:
+                lines.append(f"               memory ~{gpu.mem_bandwidth / 1e9:.0f} GB/s (estimate: 2 x mem clock x bus width)")
+        lines.extend(f"note:          {note}" for note in self.notes)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["fingerprint"] = self.fingerprint
+        data["hardware_class"] = self.hardware_class
+        return data
+
+
+def probe_hardware(*, device: str | None = None, quick: bool = False) -> HardwareProfile:
+    """Describe this machine. ``device=None`` picks "cuda:0" when torch sees a GPU, else "cpu".
+
+    The CPU micro-benchmarks run only when the model runs on the CPU (``quick`` shortens them).
+    """
+    import os
+
+    import torch
+
+    if device is None:
+        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        device = "cuda:0"
+    if not re.fullmatch(r"cpu|cuda:\d+", device):
+        raise ProfileError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
+    notes: list[str] = []
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ProfileError(f"device {device} requested but torch.cuda is not available (torch {torch.__version__})")
+
+    cpu = _cpu_info()
+    gpus, nvml_note = _nvml_gpus(torch)
+    if nvml_note:
+        notes.append(nvml_note)
+    busy = _busy_note(os)
+    if busy:
+        notes.append(busy)
+    measured: dict[str, float | None] = {}
+    if device == "cpu":
+        measured = _cpu_benchmarks(torch, quick=quick)
+        if measured.get("cpu_bf16_flops") is None:
+            notes.append("bf16 matmul benchmark failed on this CPU")
+    return HardwareProfile(
+        device=device,
+        cpu_model=cpu["model"],
+        cpu_vendor=cpu["vendor"],
+        cpu_family=cpu["family"],
+        cpu_flags=cpu["flags"],
+        logical_cpus=os.cpu_count(),
+        torch_threads=torch.get_num_threads(),
+        torch_version=torch.__version__,
+        gpus=tuple(gpus),
+        notes=tuple(notes),
+        **measured,
+    )
+
+
+# --- CPU ------------------------------------------------------------------------------------
+
+
+def _busy_note(os: Any) -> str | None:
+    """Other processes running now make every CPU timing pessimistic; say so."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cpus = os.cpu_count() or 1
+    if load < 0.5:
+        return None
+    return (
+        f"system busy while probing (1-min load average {load:.2f} on {cpus} CPUs): CPU timings may be "
+        "pessimistic; on a small machine a competing process can stall each multi-threaded op by a scheduler tick"
+    )
+
+
+def _cpu_info() -> dict[str, Any]:
+    info: dict[str, str] = {}
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if not sep:
+                    if info:  # first processor block is enough
+                        break
+                    continue
+                key, value = key.strip(), value.strip()
+                if key in ("flags", "Features"):
+                    flags.update(value.split())
+                else:
+                    info.setdefault(key, value)
+    except OSError:
+        pass
+    model = info.get("model name") or info.get("Model") or platform.processor() or platform.machine()
+    return {
+        "model": model,
+        "vendor": info.get("vendor_id", ""),
+        "family": info.get("cpu family", ""),
+        "flags": tuple(f for f in CPU_FLAGS_OF_INTEREST if f in flags),
+    }
+
+
+def _cpu_benchmarks(torch: Any, *, quick: bool) -> dict[str, float | None]:
+    """Matmul FLOP/s (fp32, bf16) and copy bandwidth: short, warmed up, medians."""
+    n = 256 if quick else 512
+    budget = 0.08 if quick else 0.3  # seconds of timed runs per benchmark
+    results: dict[str, float | None] = {}
+    for key, dtype in (("cpu_fp32_flops", torch.float32), ("cpu_bf16_flops", torch.bfloat16)):
+        try:
+            a = torch.randn(n, n).to(dtype)
+            b = torch.randn(n, n).to(dtype)
+            seconds = _median_time(lambda: torch.mm(a, b), budget=budget)
+            results[key] = 2 * n**3 / seconds
+        except RuntimeError:
+            results[key] = None
+    size = (16 if quick else 64) * 2**20  # bytes; well past the caches
+    src = torch.empty(size // 4, dtype=torch.float32).fill_(1.0)
+    dst = torch.empty_like(src)
+    seconds = _median_time(lambda: dst.copy_(src), budget=budget)
+    results["cpu_mem_bandwidth"] = 2 * size / seconds  # read + write
+    return results
+
+
+def _median_time(fn: Callable[[], Any], *, budget: float, warmup: int = 2, min_runs: int = 3, max_runs: int = 50) -> float:
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    deadline = time.perf_counter() + budget
+    while len(times) < min_runs or (time.perf_counter() < deadline and len(times) < max_runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# --- GPU (NVML) -----------------------------------------------------------------------------
+
+
+def _nvml_gpus(torch: Any) -> tuple[list[GpuInfo], str | None]:
+    """Every GPU NVML sees, or ([], "NVML not available: <reason>")."""
+    try:
+        import pynvml  # from nvidia-ml-py
+    except ImportError as exc:
+        return [], f"NVML not available: nvidia-ml-py is not installed ({exc}); pip install nvidia-ml-py"
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return [], f"NVML not available: {exc or type(exc).__name__} (no NVIDIA driver on this machine)"
+    try:
+        driver = _nvml_call(lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
+        cuda_raw = _nvml_call(pynvml.nvmlSystemGetCudaDriverVersion_v2) or _nvml_call(pynvml.nvmlSystemGetCudaDriverVersion)
+        cuda = f"{cuda_raw // 1000}.{cuda_raw % 1000 // 10}" if cuda_raw else None
+        count = pynvml.nvmlDeviceGetCount()
+        gpus = [_nvml_gpu(pynvml, torch, index, driver, cuda) for index in range(count)]
+        return gpus, None if gpus else "NVML found no GPU"
+    except Exception as exc:
+        return [], f"NVML not available: query failed ({exc or type(exc).__name__})"
+    finally:
+        _nvml_call(pynvml.nvmlShutdown)
+
+
+def _nvml_gpu(pynvml: Any, torch: Any, index: int, driver: str | None, cuda: str | None) -> GpuInfo:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    name = _text(pynvml.nvmlDeviceGetName(handle))
+    memory = _nvml_call(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
+    sm_clock = _nvml_call(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    mem_clock = _nvml_call(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
+    bus = _nvml_call(lambda: pynvml.nvmlDeviceGetMemoryBusWidth(handle))
+    cc = _nvml_call(lambda: tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)))
+    sm_count = None
+    if torch.cuda.is_available() and index < torch.cuda.device_count():
+        props = torch.cuda.get_device_properties(index)
+        sm_count = props.multi_processor_count
+        cc = cc or (props.major, props.minor)
+    peak, source = gpu_peak_flops(name=name, sm_count=sm_count, sm_clock_mhz=sm_clock, compute_capability=cc)
+    return GpuInfo(
+        index=index,
+        name=name,
+        memory_total=getattr(memory, "total", None),
+        memory_free=getattr(memory, "free", None),
+        sm_count=sm_count,
+        compute_capability=cc,
+        max_sm_clock_mhz=sm_clock,
+        max_mem_clock_mhz=mem_clock,
+        bus_width_bits=bus,
+        driver_version=driver,
+        cuda_version=cuda,
+        peak_flops=peak,
+        peak_flops_source=source,
+        mem_bandwidth=gpu_mem_bandwidth(mem_clock_mhz=mem_clock, bus_width_bits=bus),
+    )
+
+
+def gpu_peak_flops(
+    *, name: str, sm_count: int | None, sm_clock_mhz: int | None, compute_capability: tuple[int, int] | None
+) -> tuple[float | None, str | None]:
+    """Dense bf16 tensor FLOP/s: the spec table by name, else SMs x clock x per-SM rate. Both estimates."""
+    for needle, tflops in GPU_PEAK_TFLOPS:
+        if needle.lower() in name.lower():
+            return tflops * 1e12, f"spec table ({needle})"
+    rate = PER_SM_FLOPS_PER_CLOCK.get(tuple(compute_capability)) if compute_capability else None
+    if rate and sm_count and sm_clock_mhz:
+        return sm_count * sm_clock_mhz * 1e6 * rate, f"{sm_count} SMs x {sm_clock_mhz} MHz x {rate} FLOP/clock"
+    return None, None
+
+
+def gpu_mem_bandwidth(*, mem_clock_mhz: int | None, bus_width_bits: int | None) -> float | None:
+    """Bytes/s = 2 (DDR) x memory clock x bus width / 8. An estimate: HBM3e parts may differ from spec."""
+    if not mem_clock_mhz or not bus_width_bits:
+        return None
+    return 2 * mem_clock_mhz * 1e6 * bus_width_bits / 8
+
+
+def _nvml_call(fn: Callable[[], Any]) -> Any:
+    """One optional NVML query: None when this GPU or driver doesn't support it."""
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _slug(text: str) -> str:
+    """'AMD EPYC 7B13 64-Core Processor' -> 'AMD-EPYC-7B13-64-Core-Processor'."""
+    text = re.sub(r"\((R|TM|tm|r)\)", "", text or "")
+    return re.sub(r"[^A-Za-z0-9._]+", "-", text).strip("-")
+
+
+def _giga(value: float | None) -> str:
+    return "? " if value is None else f"{value / 1e9:.1f} G"
+
+
+def _cc(cc: tuple[int, int] | None) -> str:
+    return f"{cc[0]}.{cc[1]}" if cc else "?"
