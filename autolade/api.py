@@ -11,8 +11,9 @@ import torch
 
 from .config import LookaheadConfig
 from .engine.decode import DecodeLog, lookahead_decode
+from .engine.sampling import make_verifier, reject_unsupported
 from .errors import ConfigError, InputError
-from .policies import Policy, StaticPolicy
+from .policies import Policy, make_policy
 
 
 @dataclass(frozen=True)
@@ -69,28 +70,51 @@ def generate(
     ngram: int | None = None,
     guesses: int | None = None,
     config: LookaheadConfig | None = None,
-    policy: Policy | None = None,
+    policy: Policy | str | dict | None = None,
     workload: str | None = None,
     eos_token_id: int | Sequence[int] | None = None,
     stop_token_ids: Sequence[int] | None = None,
     stop_strings: Sequence[str] | None = None,
     tokenizer: Any = None,
     on_tokens: Callable[[list[int]], None] | None = None,
+    do_sample: bool = False,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    seed: int | None = None,
+    **unsupported: Any,
 ) -> GenerateResult:
     """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
 
+    ``do_sample=True``: exact lookahead sampling, with the distribution of
+    ``model.generate(do_sample=True, temperature=, top_k=, top_p=, min_p=, repetition_penalty=)``;
+    unset values come from the model's generation_config, then transformers' defaults (top_k=50).
+    ``seed`` makes a run reproducible (None: drawn from torch's global RNG). Other logits
+    processors raise a ConfigError.
+
     W/N/G come from ``config``, or from ``window``/``ngram``/``guesses`` (the rest from the
     defaults), or, with none of them given, from the best stored profile for this hardware,
-    model and ``workload``, else from built-in defaults.
+    model and ``workload``, else from built-in defaults. ``policy`` is a Policy object, a name
+    ("static", "adaptive", "lookup"), a preset in ``policies/`` or a dict; it decides each step's
+    W/G/draft length within the config and never changes the output.
     """
+    reject_unsupported(unsupported)
     ids = _check_input(model, input_ids, max_new_tokens)
+    verifier = make_verifier(
+        model, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        repetition_penalty=repetition_penalty, seed=seed,
+    )  # fmt: skip
     config, source = _resolve_config(model, config, window, ngram, guesses, workload)
-    policy = policy or StaticPolicy(config)
+    if policy is None or isinstance(policy, (str, dict)):
+        policy = make_policy(policy, config)
     eos = _eos_ids(model, eos_token_id)
     stop = _stop_fn(stop_token_ids, stop_strings, tokenizer)
     t0 = time.perf_counter()
     new, log = lookahead_decode(
-        model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens
+        model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
+        verifier=verifier,
     )
     wall = time.perf_counter() - t0
     seq = torch.cat([ids, torch.tensor([new], dtype=ids.dtype, device=ids.device)], dim=1)
@@ -137,7 +161,7 @@ def _resolve_config(model, config, window, ngram, guesses, workload) -> tuple[Lo
 
 def _profile_config(model, workload: str | None) -> tuple[LookaheadConfig, str]:
     """The stored profile for this hardware/model/workload, else the built-in default."""
-    from .profiles import resolve_profile
+    from .lookup import resolve_profile
 
     return resolve_profile(model, workload=workload)
 

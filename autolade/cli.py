@@ -34,7 +34,242 @@ def cli() -> None:
 
 # --- generate / bench (engine) -------------------------------------------------------------
 
+
+class TextStream:
+    """Prints decoded text as tokens are accepted (holds back an incomplete UTF-8 tail)."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.tokens: list[int] = []
+        self.printed = 0
+
+    def __call__(self, tokens: list[int]) -> None:
+        self.tokens.extend(tokens)
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return
+        click.echo(text[self.printed :], nl=False)
+        self.printed = len(text)
+
+    def close(self) -> None:
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=True)
+        click.echo(text[self.printed :])
+
+
+@cli.command()
+@click.argument("prompt")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--max-new-tokens", "-n", type=int, default=256, show_default=True)
+@click.option("--window", "-W", type=int, default=None, help="lookahead window W (0 = no Jacobi window)")
+@click.option("--ngram", "-N", type=int, default=None, help="n-gram size N")
+@click.option("--guesses", "-G", type=int, default=None, help="pool n-grams verified per step G")
+@click.option("--workload", default=None, help="profile workload tag to use (chat, code, ...)")
+@click.option("--raw", is_flag=True, help="no chat template: the prompt is fed as plain text")
+@click.option("--stats", is_flag=True, help="print steps, tokens/step, tok/s and where the settings came from")
+@click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
+@clean_errors
+def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workload, raw, stats, trust_remote_code):
+    """Generate a completion for PROMPT with exact lookahead decoding."""
+    from . import api
+    from .prompts import encode_prompt
+
+    click.echo(f"loading {model} ({dtype})...", err=True)
+    mdl, tok = api.load(model, dtype=dtype, trust_remote_code=trust_remote_code)
+    ids = encode_prompt(tok, prompt, raw=raw)
+    stream = TextStream(tok)
+    res = api.generate(
+        mdl, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses,
+        workload=workload, tokenizer=tok, on_tokens=stream,
+    )
+    stream.close()
+    if stats:
+        click.echo(res.stats.summary(), err=True)
+
+@cli.command("bench")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="bfloat16", show_default=True)
+@click.option("--sets", default="chat,code", show_default=True, help="comma-separated: chat, code, copy, or workload files")
+@click.option("--copy", "add_copy", is_flag=True, help="add the copy-heavy set (HumanEval code to repeat / fix and reprint)")
+@click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts per set (0 = all)")
+@click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
+@click.option("--config", "-c", "configs", multiple=True, metavar="W,N,G[,LOOKUP]",
+              help="autolade setting to time (repeatable), e.g. 0,0,0,0 (greedy through the loop), 0,4,0,10 (prompt lookup only), 4,4,4,10,drafts=1; default: a small built-in set")
+@click.option("--baselines", default="greedy,pld", show_default=True, help="HF methods: greedy (required, the reference), pld")
+@click.option("--warmup", type=int, default=1, show_default=True, help="untimed runs of every method on the first prompt")
+@click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+@click.option("--device", default=None, help="cpu or cuda[:N] (default: where the loader puts it)")
+@click.option("--out", "-o", default="out/bench", show_default=True, help="writes OUT.json and OUT.png")
+@click.option("--quiet", "-q", is_flag=True, help="no per-prompt progress on stderr")
+@clean_errors
+def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, baselines, warmup, threads, device, out, quiet):
+    """HF greedy vs HF prompt lookup vs autolade, interleaved prompt by prompt; table, JSON, PNG."""
+    from .bench import COPY_SET, bench_main
+
+    if add_copy and COPY_SET not in sets.split(","):
+        sets = f"{sets},{COPY_SET}"
+    bench_main(
+        model=model, dtype=dtype, sets=sets, prompts=n_prompts or None, max_new_tokens=max_new_tokens,
+        configs=configs, baselines=baselines, warmup=warmup, threads=threads, device=device, out=out,
+        echo=click.echo, progress=None if quiet else (lambda msg: click.echo(msg, err=True)),
+    )
+
+
 # --- profile / profiles (hardware + store) -------------------------------------------------
+
+_BOUND_EXAMPLES = ((2, 3, 2), (4, 4, 4), (7, 4, 7), (15, 5, 15))  # W/N/G rows shown by `autolade profile`
+
+
+@cli.command("profile")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write the step-latency curve as a PNG")
+@click.option("--quick", is_flag=True, help="fewer k values, one context, shorter benchmarks (a rough picture)")
+@clean_errors
+def profile_command(model, dtype, plot, quick):
+    """Profile this hardware and MODEL's step-latency curve; save the curve in the store."""
+    from .hardware import default_settings, measure_step_curve, plot_curve, predicted_speedup, probe_hardware
+    from .models import load, model_fingerprint
+    from .store import ProfileStore
+
+    click.echo(f"loading {model} ({dtype})...", err=True)
+    mdl, _ = load(model, dtype=dtype)
+    device = str(next(mdl.parameters()).device)
+    hardware = probe_hardware(device=device, quick=quick)
+    click.echo(hardware.summary())
+    fp = model_fingerprint(mdl)
+    click.echo(f"\nmeasuring step-latency curve of {fp['name']} ({fp['dtype']}, config {fp['config_hash']})...", err=True)
+    if quick:
+        curve = measure_step_curve(mdl, ks=(1, 2, 4, 8, 16, 32, 64), contexts=(128,), repeats=3, warmup=1, name=fp["name"])
+    else:
+        curve = measure_step_curve(mdl, name=fp["name"])
+    click.echo("\nstep latency, median ms per forward of k packed tokens:")
+    click.echo(curve.table())
+    click.echo(f"\nspare compute: k={curve.spare_compute()} (largest k costing at most 1.25 x c(1))")
+    click.echo("speedup upper bound N * c(1)/c(k), k = 1 + (N-1)W + G(N-1):")
+    for w, n, g in _BOUND_EXAMPLES:
+        click.echo(f"  W={w:<2} N={n} G={g:<2} k={1 + (n - 1) * w + g * (n - 1):<4} bound {curve.speedup_bound(w, n, g):.2f}x")
+    best = default_settings(curve)
+    click.echo(
+        f"curve default: W={best.window} N={best.ngram} G={best.guesses} prompt_lookup={best.prompt_lookup}"
+        f" (predicted {predicted_speedup(curve, best):.2f}x under the modest acceptance model; tune to measure)"
+    )
+    with ProfileStore() as store:
+        curve_id = store.save_curve(
+            curve,
+            hardware_fingerprint=hardware.fingerprint,
+            hardware_class=hardware.hardware_class,
+            hardware_summary=hardware.summary(),
+            model_name=fp["name"],
+            model_config_hash=fp["config_hash"],
+        )
+        click.echo(f"saved step curve #{curve_id} to {store.path}")
+    if plot:
+        click.echo(f"wrote {plot_curve(curve, plot)}")
+
+
+@cli.group("profiles")
+def profiles_group() -> None:
+    """Tuned profiles in this machine's store (AUTOLADE_HOME), and sharing them as JSON."""
+
+
+@profiles_group.command("list")
+@click.option("--hardware", default=None, help="hardware fingerprint or class")
+@click.option("--model", default=None, help="model name or name:config_hash")
+@click.option("--workload", default=None, help="workload tag")
+@clean_errors
+def profiles_list(hardware, model, workload):
+    """What this machine has learned, per hardware/model/workload."""
+    from .store import ProfileStore
+
+    with ProfileStore() as store:
+        rows = store.list(hardware=hardware, model=model, workload=workload)
+        if not rows:
+            click.echo(f"no profiles in {store.path}")
+            return
+    click.echo(f"{'id':>4}  {'hardware':<34} {'model':<22} {'dtype':<8} {'workload':<10} {'W/N/G/PL':<11} {'speedup':>7} {'tok/s':>7}  created")
+    for p in rows:
+        s = p.settings
+        settings = f"{s.window}/{s.ngram}/{s.guesses}/{s.prompt_lookup}"
+        speedup = f"{p.speedup:.2f}x" if p.speedup is not None else "-"
+        tps = f"{p.tokens_per_s:.1f}" if p.tokens_per_s is not None else "-"
+        click.echo(
+            f"{p.id:>4}  {p.hardware_fingerprint[:34]:<34} {p.model_name[:22]:<22} {p.dtype:<8} {p.workload[:10]:<10} "
+            f"{settings:<11} {speedup:>7} {tps:>7}  {p.created[:10]}"
+        )
+
+
+@profiles_group.command("show")
+@click.argument("profile_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="print the shareable JSON instead")
+@clean_errors
+def profiles_show(profile_id, as_json):
+    """Show one stored profile."""
+    from .store import ProfileStore, profile_to_json
+
+    with ProfileStore() as store:
+        profile = store.get(profile_id)
+    click.echo(profile_to_json(profile) if as_json else profile.describe(), nl=not as_json)
+
+
+@profiles_group.command("export")
+@click.argument("profile_id", type=int)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="file to write (default: stdout)")
+@clean_errors
+def profiles_export(profile_id, output):
+    """Write one profile as shareable JSON (e.g. into the repo's profiles/)."""
+    from pathlib import Path
+
+    from .store import ProfileStore, profile_to_json
+
+    with ProfileStore() as store:
+        text = profile_to_json(store.get(profile_id))
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_text(text, encoding="utf-8")
+    click.echo(f"exported #{profile_id} to {output}")
+
+
+@profiles_group.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@clean_errors
+def profiles_import(files):
+    """Import JSON profiles (validated; a file already imported is not added twice)."""
+    from .errors import ProfileError
+    from .store import ProfileStore, read_profile_file
+
+    rejected = 0
+    with ProfileStore() as store:
+        for path in files:
+            try:
+                profile = read_profile_file(path)
+            except ProfileError as exc:
+                rejected += 1
+                click.echo(f"rejected {exc}", err=True)
+                continue
+            what = f"{profile.hardware_fingerprint} / {profile.model_name} {profile.dtype} / {profile.workload}"
+            existing = store.find_duplicate(profile)
+            if existing is not None:
+                click.echo(f"{path}: already in the store as #{existing} ({what})")
+                continue
+            click.echo(f"{path}: imported as #{store.save(profile)} ({what})")
+    if rejected:
+        raise click.ClickException(f"{rejected} of {len(files)} file(s) rejected")
+
+
+@profiles_group.command("rm")
+@click.argument("profile_id", type=int)
+@clean_errors
+def profiles_rm(profile_id):
+    """Delete one stored profile."""
+    from .store import ProfileStore
+
+    with ProfileStore() as store:
+        store.remove(profile_id)
+    click.echo(f"removed #{profile_id}")
+
 
 # --- tune ----------------------------------------------------------------------------------
 

@@ -32,12 +32,21 @@ class BufferLayer(DynamicLayer):
         n = key_states.shape[-2]
         end = self.length + n
         if end > self.capacity:
-            raise RuntimeError(f"KV cache capacity {self.capacity} exceeded ({end}); raise max_length")
+            self._grow(max(end, 2 * self.capacity))
         self._k[:, :, self.length : end] = key_states
         self._v[:, :, self.length : end] = value_states
         self.length = end
         self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
         return self.keys, self.values
+
+    def _grow(self, capacity: int) -> None:
+        """Rare: a policy packed more than the first estimate; reallocate and copy the committed rows."""
+        for name in ("_k", "_v"):
+            old = getattr(self, name)
+            new = old.new_empty((*old.shape[:2], capacity, old.shape[-1]))
+            new[:, :, : self.length] = old[:, :, : self.length]
+            setattr(self, name, new)
+        self.capacity = capacity
 
     def get_seq_length(self) -> int:
         return self.length
@@ -83,7 +92,7 @@ class KVCache:
         (ascending, i >= their rank) at base, base+1, ... and drop the rest."""
         n = len(packed_indices)
         if packed_indices != list(range(n)):  # contiguous from the start: a pure length move
-            src = torch.tensor(packed_indices, device=self.layers[0]._k.device) + base
+            src = torch.tensor(packed_indices, device=self.layers[0].device) + base
             for layer in self.layers:
                 layer._k[:, :, base : base + n] = layer._k[:, :, src]
                 layer._v[:, :, base : base + n] = layer._v[:, :, src]

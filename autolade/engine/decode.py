@@ -157,7 +157,7 @@ def lookahead_step(
         logits = decode_one_token(runner, cache, tree.tokens[0])
         tok = verifier.first(logits, drafter.index.tokens)
         forward_s = time.perf_counter() - tf
-        return [tok], StepOutcome(plan, 1, 0, 0, "none", time.perf_counter() - t0, forward_s)
+        return [tok], StepOutcome(plan, 1, 0, 0, 0, 0, "none", time.perf_counter() - t0, forward_s)
     step = layout.build(tree, rows, t=base)
     mask = runner.packed_mask(step, base)
     tf = time.perf_counter()
@@ -168,7 +168,17 @@ def lookahead_step(
         drafter.advance_window(logits[step.n_tree :].argmax(-1).tolist())
     cache.keep(base, [0] + path)
     source = "none" if not path else ("lookup" if path[-1] < n_lookup else "pool")
-    outcome = StepOutcome(plan, step.size, len(tree) - 1, len(path), source, time.perf_counter() - t0, forward_s)
+    outcome = StepOutcome(
+        plan=plan,
+        packed=step.size,
+        lookup_nodes=n_lookup - 1,
+        pool_nodes=len(tree) - n_lookup,
+        window_tokens=step.size - len(tree),
+        accepted=len(path),
+        accepted_from=source,
+        step_s=time.perf_counter() - t0,
+        forward_s=forward_s,
+    )
     return new, outcome
 
 

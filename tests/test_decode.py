@@ -1,0 +1,127 @@
+"""The decode loop against transformers' greedy decoding, token for token, on tiny models."""
+
+import pytest
+import torch
+
+from autolade.config import LookaheadConfig
+from autolade.engine.decode import lookahead_decode
+from tiny import hf_greedy, repetitive_prompt, tiny_gemma3, tiny_llama
+
+SETTINGS = [
+    LookaheadConfig(window=0, guesses=0, prompt_lookup=0),  # plain greedy through the loop
+    LookaheadConfig(window=0, prompt_lookup=10),  # prompt lookup only
+    LookaheadConfig(window=1, ngram=2, guesses=1, prompt_lookup=0),
+    LookaheadConfig(window=4, ngram=4, guesses=4),
+    LookaheadConfig(window=7, ngram=5, guesses=7, prompt_lookup=6, prompt_lookup_drafts=3),
+    LookaheadConfig(window=3, ngram=3, guesses=8, seed_pool_from_prompt=False),
+]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_llama()
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return tiny_gemma3(sliding_window=16)
+
+
+@pytest.mark.parametrize("config", SETTINGS, ids=lambda c: f"W{c.window}N{c.ngram}G{c.guesses}L{c.prompt_lookup}")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_llama_matches_hf_greedy(llama, config, seed):
+    ids = repetitive_prompt(seed=seed)
+    ref = hf_greedy(llama, ids, 48)
+    out, log = lookahead_decode(llama, ids, config=config, max_new_tokens=48)
+    assert out == ref
+    assert len(log.steps) <= 47
+
+
+@pytest.mark.parametrize("config", SETTINGS[1:4], ids=lambda c: f"W{c.window}N{c.ngram}G{c.guesses}")
+def test_gemma3_beyond_sliding_window_matches_hf(gemma, config):
+    """Context (40 + 60 tokens) far beyond the 16-token sliding window of two of the three layers."""
+    ids = repetitive_prompt(seed=3)
+    ref = hf_greedy(gemma, ids, 60)
+    out, _ = lookahead_decode(gemma, ids, config=config, max_new_tokens=60)
+    assert out == ref
+
+
+def test_drafts_are_accepted_on_repetitive_output(llama):
+    """Random tiny models fall into loops; the loop must be drafted and accepted (fewer steps)."""
+    ids = repetitive_prompt(seed=0)
+    out, log = lookahead_decode(llama, ids, config=LookaheadConfig(window=4, ngram=4, guesses=4), max_new_tokens=96)
+    assert sum(s.accepted for s in log.steps) > 0
+    assert len(log.steps) < 95
+    assert out == hf_greedy(llama, ids, 96)
+
+
+def test_eos_stops_and_is_kept(llama):
+    ids = repetitive_prompt(seed=0)
+    ref = hf_greedy(llama, ids, 30)
+    eos = ref[10]
+    first = ref.index(eos)
+    out, log = lookahead_decode(llama, ids, config=LookaheadConfig(), max_new_tokens=30, eos_ids=[eos])
+    assert out == ref[: first + 1]
+    assert log.stop_reason == "eos"
+
+
+def test_max_new_tokens_exact(llama):
+    ids = repetitive_prompt(seed=1)
+    for n in (0, 1, 2, 17):
+        out, log = lookahead_decode(llama, ids, config=LookaheadConfig(window=4, ngram=3, guesses=4), max_new_tokens=n)
+        assert len(out) == n
+        assert log.stop_reason == "max_new_tokens"
+
+
+def test_stop_callback(llama):
+    ids = repetitive_prompt(seed=1)
+    ref = hf_greedy(llama, ids, 30)
+    out, log = lookahead_decode(
+        llama, ids, config=LookaheadConfig(), max_new_tokens=30, stop=lambda toks: len(toks) >= 5
+    )
+    assert out[:5] == ref[:5] and len(out) >= 5
+    assert log.stop_reason == "stop"
+
+
+def test_bfloat16_plain_greedy_is_bitwise_hf(llama):
+    """window=0 runs the very same one-token forward as HF: identical even in bf16."""
+    model = tiny_llama(dtype=torch.bfloat16)
+    ids = repetitive_prompt(seed=2)
+    out, _ = lookahead_decode(model, ids, config=LookaheadConfig(window=0, prompt_lookup=0), max_new_tokens=32)
+    assert out == hf_greedy(model, ids, 32)
+
+
+@pytest.mark.parametrize("policy", ["adaptive", "adaptive-cpu", "lookup"])
+def test_policies_keep_output_exact(llama, gemma, policy):
+    from autolade.policies import make_policy
+
+    for model, seed in ((llama, 0), (llama, 4), (gemma, 3)):
+        ids = repetitive_prompt(seed=seed)
+        cfg = LookaheadConfig(window=3, ngram=4, guesses=3)
+        out, log = lookahead_decode(model, ids, config=cfg, max_new_tokens=64, policy=make_policy(policy, cfg))
+        assert out == hf_greedy(model, ids, 64)
+
+
+def test_window_resized_every_step_stays_exact(llama):
+    """A policy that changes W and G on every step (grow, shrink, off) keeps the output."""
+    from autolade.policies import StepPlan
+
+    class Jittery:
+        name = "jittery"
+
+        def __init__(self):
+            self.i = 0
+
+        def plan(self):
+            self.i += 1
+            w = [3, 1, 6, 0, 2, 8][self.i % 6]
+            return StepPlan(window=w, guesses=min(w, 5), draft_len=[0, 4, 10][self.i % 3], drafts=2)
+
+        def update(self, outcome):
+            pass
+
+    ids = repetitive_prompt(seed=5)
+    cfg = LookaheadConfig(window=3, ngram=4, guesses=5)
+    out, log = lookahead_decode(llama, ids, config=cfg, max_new_tokens=80, policy=Jittery())
+    assert out == hf_greedy(llama, ids, 80)
+    assert {s.window for s in log.steps} >= {0, 1, 2, 3, 6, 8}

@@ -1,0 +1,59 @@
+"""Tiny random-weight models for fast engine tests (not for claims)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+
+
+def tiny_llama(*, seed: int = 0, vocab: int = 96, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+    )
+    return LlamaForCausalLM(cfg).to(dtype).eval()
+
+
+def tiny_gemma3(*, seed: int = 0, vocab: int = 96, sliding_window: int = 16) -> Gemma3ForCausalLM:
+    torch.manual_seed(seed)
+    cfg = Gemma3TextConfig(
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        sliding_window=sliding_window,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        eos_token_id=None,
+        bos_token_id=None,
+        pad_token_id=None,
+    )
+    return Gemma3ForCausalLM(cfg).eval()
+
+
+def repetitive_prompt(*, vocab: int = 96, length: int = 40, seed: int = 0) -> torch.Tensor:
+    """A prompt with repeats, so that prompt lookup and the pool have something to find."""
+    g = torch.Generator().manual_seed(seed)
+    motif = torch.randint(3, vocab, (8,), generator=g)
+    noise = torch.randint(3, vocab, (length,), generator=g)
+    ids = torch.cat([motif, noise[: length // 2], motif, noise[length // 2 :]])
+    return ids.unsqueeze(0)
+
+
+def hf_greedy(model, ids: torch.Tensor, n: int) -> list[int]:
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
+    )
+    return out[0, ids.shape[1] :].tolist()
