@@ -1,0 +1,39 @@
+from autolade.engine.pool import NgramPool, SuffixIndex
+
+
+def test_pool_lru_cap_and_order():
+    pool = NgramPool(cap=2)
+    pool.add(1, (2, 3))
+    pool.add(1, (4, 5))
+    pool.add(1, (2, 3))  # refresh: now most recent
+    pool.add(1, (6, 7))  # evicts (4, 5), the least recently used
+    assert pool.get(1, 5) == [(6, 7), (2, 3)]
+    assert pool.get(1, 1) == [(6, 7)]
+    assert pool.get(9, 3) == [] and pool.get(1, 0) == []
+    assert len(pool) == 2
+
+
+def test_pool_seed_and_resize():
+    pool = NgramPool(cap=4)
+    pool.seed([1, 2, 3, 1, 2, 4], n=3)
+    assert pool.get(1, 4) == [(2, 4), (2, 3)]
+    assert pool.get(2, 4) == [(4,)] or pool.get(2, 4) == [(3, 1)]  # last full 3-gram after 2 is (2,3,1)
+    pool.resize(1)
+    assert pool.get(1, 4) == [(2, 4)]
+
+
+def test_suffix_index_longest_match_most_recent_first():
+    idx = SuffixIndex(max_ngram=3)
+    idx.extend([5, 6, 7, 8, 9, 5, 6, 7, 1, 2, 5, 6, 7])
+    # suffix (5, 6, 7) occurred twice before: after the 2nd -> 1 2 ..., after the 1st -> 8 9 ...
+    assert idx.drafts(max_len=3, max_drafts=2) == [(1, 2, 5), (8, 9, 5)]
+    assert idx.drafts(max_len=2, max_drafts=1) == [(1, 2)]
+
+
+def test_suffix_index_falls_back_to_shorter_suffix_and_incremental():
+    idx = SuffixIndex(max_ngram=3)
+    idx.extend([1, 2, 3, 4])
+    assert idx.drafts(max_len=4, max_drafts=2) == []  # 4 never occurred before
+    idx.extend([2])
+    assert idx.drafts(max_len=4, max_drafts=2) == [(3, 4, 2)]  # only the 1-gram (2) matches
+    assert idx.drafts(max_len=0, max_drafts=2) == []
