@@ -106,7 +106,9 @@ def generate(
         model, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
         repetition_penalty=repetition_penalty, seed=seed,
     )  # fmt: skip
-    config, source = _resolve_config(model, config, window, ngram, guesses, workload)
+    config, source, profile_policy = _resolve_config(model, config, window, ngram, guesses, workload)
+    if policy is None:
+        policy = profile_policy
     if policy is None or isinstance(policy, (str, dict)):
         policy = make_policy(policy, config)
     eos = _eos_ids(model, eos_token_id)
@@ -148,19 +150,15 @@ def _check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) ->
     return input_ids.to(device=device, dtype=torch.long)
 
 
-def _resolve_config(model, config, window, ngram, guesses, workload) -> tuple[LookaheadConfig, str]:
+def _resolve_config(model, config, window, ngram, guesses, workload) -> tuple[LookaheadConfig, str, dict | None]:
+    """(config, where it came from, the profile's policy spec or None)."""
     overrides = {k: v for k, v in (("window", window), ("ngram", ngram), ("guesses", guesses)) if v is not None}
     if config is not None:
         if not isinstance(config, LookaheadConfig):
             raise ConfigError("config must be an autolade.LookaheadConfig")
-        return (config.with_(**overrides) if overrides else config), "explicit"
+        return (config.with_(**overrides) if overrides else config), "explicit", None
     if overrides:
-        return LookaheadConfig(**overrides), "explicit"
-    return _profile_config(model, workload)
-
-
-def _profile_config(model, workload: str | None) -> tuple[LookaheadConfig, str]:
-    """The stored profile for this hardware/model/workload, else the built-in default."""
+        return LookaheadConfig(**overrides), "explicit", None
     from .lookup import resolve_profile
 
     return resolve_profile(model, workload=workload)

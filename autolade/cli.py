@@ -65,26 +65,35 @@ class TextStream:
 @click.option("--ngram", "-N", type=int, default=None, help="n-gram size N")
 @click.option("--guesses", "-G", type=int, default=None, help="pool n-grams verified per step G")
 @click.option("--workload", default=None, help="profile workload tag to use (chat, code, ...)")
+@click.option("--policy", default=None, help="runtime policy: static, adaptive, lookup, a preset in policies/ or a .json file")
+@click.option("--plot", "plot_path", default=None, help="with --stats: PNG of W, G, packed size and acceptance per step")
 @click.option("--raw", is_flag=True, help="no chat template: the prompt is fed as plain text")
 @click.option("--stats", is_flag=True, help="print steps, tokens/step, tok/s and where the settings came from")
 @click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
 @clean_errors
-def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workload, raw, stats, trust_remote_code):
+def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workload, policy, plot_path, raw, stats,
+             trust_remote_code):
     """Generate a completion for PROMPT with exact lookahead decoding."""
     from . import api
+    from .lookup import infer_workload
     from .prompts import encode_prompt
 
+    workload = workload or infer_workload(prompt)
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype, trust_remote_code=trust_remote_code)
     ids = encode_prompt(tok, prompt, raw=raw)
     stream = TextStream(tok)
     res = api.generate(
         mdl, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses,
-        workload=workload, tokenizer=tok, on_tokens=stream,
+        workload=workload, policy=policy, tokenizer=tok, on_tokens=stream,
     )
     stream.close()
     if stats:
         click.echo(res.stats.summary(), err=True)
+    if plot_path:
+        from .plots import plot_steps
+
+        click.echo(f"per-step plot: {plot_steps(res.stats, plot_path)}", err=True)
 
 @cli.command("bench")
 @click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
@@ -97,12 +106,13 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
               help="autolade setting to time (repeatable), e.g. 0,0,0,0 (greedy through the loop), 0,4,0,10 (prompt lookup only), 4,4,4,10,drafts=1; default: a small built-in set")
 @click.option("--baselines", default="greedy,pld", show_default=True, help="HF methods: greedy (required, the reference), pld")
 @click.option("--warmup", type=int, default=1, show_default=True, help="untimed runs of every method on the first prompt")
+@click.option("--repeats", "-r", type=int, default=1, show_default=True, help="timed runs per prompt and method; the fastest is kept")
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
 @click.option("--device", default=None, help="cpu or cuda[:N] (default: where the loader puts it)")
 @click.option("--out", "-o", default="out/bench", show_default=True, help="writes OUT.json and OUT.png")
 @click.option("--quiet", "-q", is_flag=True, help="no per-prompt progress on stderr")
 @clean_errors
-def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, baselines, warmup, threads, device, out, quiet):
+def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, baselines, warmup, repeats, threads, device, out, quiet):
     """HF greedy vs HF prompt lookup vs autolade, interleaved prompt by prompt; table, JSON, PNG."""
     from .bench import COPY_SET, bench_main
 
@@ -110,7 +120,7 @@ def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, confi
         sets = f"{sets},{COPY_SET}"
     bench_main(
         model=model, dtype=dtype, sets=sets, prompts=n_prompts or None, max_new_tokens=max_new_tokens,
-        configs=configs, baselines=baselines, warmup=warmup, threads=threads, device=device, out=out,
+        configs=configs, baselines=baselines, warmup=warmup, repeats=repeats, threads=threads, device=device, out=out,
         echo=click.echo, progress=None if quiet else (lambda msg: click.echo(msg, err=True)),
     )
 
@@ -272,6 +282,77 @@ def profiles_rm(profile_id):
 
 
 # --- tune ----------------------------------------------------------------------------------
+
+
+def parse_duration(text: str | None) -> float | None:
+    """'90s', '20m', '1.5h' or plain seconds -> seconds."""
+    if text is None:
+        return None
+    units = {"s": 1, "m": 60, "h": 3600}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a duration: use e.g. 90s, 20m or 1.5h") from None
+
+
+@cli.command()
+@click.option("--model", "-m", default="smollm2-135m", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--workload", "-w", default="chat", show_default=True, help="chat, code, or a .jsonl/.txt file of prompts")
+@click.option("--trials", type=int, default=40, show_default=True)
+@click.option("--budget", default=None, help="stop starting trials after this long (e.g. 20m)")
+@click.option("--storage", default=None, help="Optuna RDB URL (default: sqlite in the user dir); share it to tune from several machines")
+@click.option("--study", "study_name", default=None, help="study name (default: model-dtype-workload-hardware)")
+@click.option("--max-new-tokens", type=int, default=64, show_default=True)
+@click.option("--tune-prompts", type=int, default=5, show_default=True)
+@click.option("--holdout-prompts", type=int, default=8, show_default=True)
+@click.option("--no-policy", is_flag=True, help="search static W/N/G only")
+@click.option("--no-paper", is_flag=True, help="skip measuring the paper's A100 setting on the held-out split")
+@click.option("--report", "report_png", default=None, help="PNG report path (default: user dir)")
+@clean_errors
+def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_tokens, tune_prompts, holdout_prompts,
+         no_policy, no_paper, report_png):
+    """Search W/N/G (and the runtime policy) for this machine, model and workload; save the winner."""
+    from . import api
+    from .curve import measure_step_curve
+    from .hardware import probe_hardware
+    from .models import model_fingerprint
+    from .paths import user_dir
+    from .store import ProfileStore
+    from .tune import TuneOptions, study_name_for, tune as run_tune, workload_tag
+
+    opts = TuneOptions(trials=trials, budget_s=parse_duration(budget), max_new_tokens=max_new_tokens,
+                       tune_prompts=tune_prompts, holdout_prompts=holdout_prompts, search_policy=not no_policy)
+    click.echo(f"loading {model} ({dtype})...", err=True)
+    mdl, tok = api.load(model, dtype=dtype)
+    hardware = probe_hardware(quick=True)
+    store = ProfileStore()
+    fp = model_fingerprint(mdl)
+    curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    if curve is None:
+        click.echo("measuring the step-latency curve (once per hardware/model/dtype)...", err=True)
+        curve = measure_step_curve(mdl, contexts=(256,), repeats=3, warmup=1)
+        store.save_curve(curve, hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    name = study_name or study_name_for(hardware.fingerprint, fp["name"], fp["dtype"], workload_tag(workload))
+    report_png = report_png or str(user_dir() / "reports" / f"{name}.png")
+    res = run_tune(mdl, tok, model_name=fp["name"], workload=workload, options=opts, storage=storage,
+                   study_name=name, store=store, hardware=hardware, curve=curve, compare_paper=not no_paper,
+                   report_png=report_png, log=lambda m: click.echo(m, err=True))
+    c = res.best.config
+    click.echo("")
+    click.echo(f"{'setting':<34}{'held-out speedup':>18}")
+    for cand, ratio in res.finalists:
+        mark = " <- best" if cand is res.best else ""
+        click.echo(f"{cand.label():<34}{ratio:>17.3f}x{mark}")
+    click.echo("")
+    click.echo(f"best: W={c.window} N={c.ngram} G={c.guesses} lookup={c.prompt_lookup}x{c.prompt_lookup_drafts} "
+               f"policy={(res.best.policy or {'name': 'static'})['name']}")
+    click.echo(f"held-out: {res.speedup:.3f}x greedy (95% CI {res.ci[0]:.2f}-{res.ci[1]:.2f}), "
+               f"{res.vs_pld:.3f}x HF prompt lookup, "
+               f"{sum(res.holdout.tokens) / max(sum(res.holdout.steps), 1):.2f} tokens/step, "
+               f"{sum(res.holdout.steps)} steps")
+    click.echo(f"profile #{res.profile_id} saved; report {res.report_png}; study {res.study_name!r} ({res.trials_run} trials)")
 
 
 def main() -> None:  # pragma: no cover - console entry

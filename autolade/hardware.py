@@ -24,6 +24,21 @@ from .curve import (  # noqa: F401  (re-exported: the step curve is part of the 
 )
 from .errors import ProfileError
 
+__all__ = [
+    "GpuInfo",
+    "HardwareProfile",
+    "StepCurve",
+    "default_settings",
+    "expected_tokens_per_step",
+    "gpu_mem_bandwidth",
+    "gpu_peak_flops",
+    "measure_step_curve",
+    "packed_tokens",
+    "plot_curve",
+    "predicted_speedup",
+    "probe_hardware",
+]
+
 CPU_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8")
 
 # Dense bf16/fp16 tensor-core peak (TFLOP/s) from vendor spec sheets, matched by name substring,
@@ -179,7 +194,7 @@ class HardwareProfile:
         return data
 
 
-def probe_hardware(*, device: str | None = None, quick: bool = False) -> HardwareProfile:
+def probe_hardware(*, device: str | None = None, quick: bool = False, measure: bool = True) -> HardwareProfile:
     """Describe this machine. ``device=None`` picks "cuda:0" when torch sees a GPU, else "cpu".
 
     The CPU micro-benchmarks run only when the model runs on the CPU (``quick`` shortens them).
@@ -206,7 +221,7 @@ def probe_hardware(*, device: str | None = None, quick: bool = False) -> Hardwar
     if busy:
         notes.append(busy)
     measured: dict[str, float | None] = {}
-    if device == "cpu":
+    if device == "cpu" and measure:  # measure=False: identity only (fingerprint), for generate()'s lookup
         measured = _cpu_benchmarks(torch, quick=quick)
         if measured.get("cpu_bf16_flops") is None:
             notes.append("bf16 matmul benchmark failed on this CPU")

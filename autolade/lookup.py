@@ -1,22 +1,66 @@
-"""Which settings generate() uses when the caller gives none: stored profile, else the default."""
+"""Which settings generate() uses when the caller gives none: a stored or shared profile for this
+hardware, model, dtype and workload; else the default derived from a measured step-latency curve;
+else a built-in default."""
 
 from __future__ import annotations
+
+import re
+from typing import Any
 
 import torch
 
 from .config import LookaheadConfig
 
+WORKLOAD_ORDER = ("general", "chat", "code")  # tried in turn when the caller names no workload
+_CODE_HINTS = re.compile(r"(^\s*(def|class|import|from|#include|fn|func|public|return)\b)|```|[{};]\s*$", re.M)
 
-def builtin_default(dtype: torch.dtype, device_type: str) -> LookaheadConfig:
-    """Defaults when nothing was measured. On CPU in fp32 a packed step costs ~2x a one-token step,
-    so only cheap prompt-lookup drafts; bf16 and GPUs get a small Jacobi window as well."""
+
+def builtin_default(dtype: torch.dtype, device_type: str) -> tuple[LookaheadConfig, dict | None]:
+    """Defaults when nothing was measured. On a CPU in fp32 a packed step costs ~2x a one-token step,
+    so prompt lookup only, with adaptive draft length; bf16 CPUs get a narrow window that must earn
+    its place; GPUs the paper's setting, adapted at run time."""
     if device_type == "cpu" and dtype == torch.float32:
-        return LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=1)
+        return LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=1), {"name": "lookup"}
     if device_type == "cpu":
-        return LookaheadConfig(window=3, ngram=3, guesses=3, prompt_lookup=10, prompt_lookup_drafts=1)
-    return LookaheadConfig(window=15, ngram=5, guesses=15)
+        return LookaheadConfig(window=2, ngram=3, guesses=2, prompt_lookup=10, prompt_lookup_drafts=1), {
+            "name": "adaptive", "max_window": 4, "start_window": 2, "margin": 1.05}
+    return LookaheadConfig(window=15, ngram=5, guesses=15), {"name": "adaptive", "max_window": 24, "start_window": 15}
 
 
-def resolve_profile(model: torch.nn.Module, *, workload: str | None = None) -> tuple[LookaheadConfig, str]:
+def infer_workload(text: str) -> str:
+    """'code' for text that looks like source code, else 'chat'."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    hits = len(_CODE_HINTS.findall(text))
+    return "code" if lines and hits >= max(2, len(lines) // 4) else "chat"
+
+
+def resolve_profile(model: torch.nn.Module, *, workload: str | None = None) -> tuple[LookaheadConfig, str, dict | None]:
+    """(config, source, policy spec) for this model on this machine."""
+    from .curve import default_settings
+    from .hardware import probe_hardware
+    from .models import model_fingerprint
+    from .store import ProfileStore
+
     param = next(model.parameters())
-    return builtin_default(param.dtype, param.device.type), "default"
+    device = "cpu" if param.device.type == "cpu" else f"cuda:{param.device.index or 0}"
+    hardware = probe_hardware(device=device, measure=False)
+    fp = model_fingerprint(model)
+    store = ProfileStore()
+    # the named workload first; a profile of another workload on this machine beats a blind default
+    for tag in [workload] * bool(workload) + [t for t in WORKLOAD_ORDER if t != workload]:
+        prof, source = store.lookup(
+            hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
+            model_fingerprint=fp, dtype=fp["dtype"], workload=tag,
+        )
+        if prof is not None:
+            note = "" if tag == workload or not workload else f", no {workload!r} profile"
+            return prof.settings, f"{source} ({tag}{note})", prof.policy
+    curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    if curve is not None:
+        return default_settings(curve), "default (from this machine's step-latency curve)", None
+    config, policy = builtin_default(param.dtype, param.device.type)
+    return config, "default (built-in; run `autolade tune` for this machine)", policy
+
+
+def describe_source(source: str, policy: dict[str, Any] | None) -> str:
+    return source + (f", policy {policy['name']}" if policy else "")

@@ -1,0 +1,474 @@
+"""``autolade tune``: an Optuna search of W/N/G (and the runtime policy) against measured speed.
+
+Each trial runs the tuning prompts, every one interleaved with plain greedy (``model.generate``),
+so the objective is a ratio to greedy and machine drift cancels. Outputs are checked against the
+greedy reference: a divergence that is not float noise (the reference's top-2 logit gap there is
+above the dtype's noise) fails the trial. The winner is re-measured on a held-out split it never
+saw, against greedy and transformers' prompt lookup, and saved as a profile.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import LookaheadConfig
+from .errors import ConfigError
+from .policies import AdaptiveParams, make_policy
+
+# Largest |logit| gap at which a flip between a packed and a one-token forward is float noise.
+NOISE_GAP = {torch.float32: 1e-4, torch.bfloat16: 1.0, torch.float16: 0.1}
+PAPER_A100_7B = {"window": 15, "ngram": 5, "guesses": 15}  # the paper's table for 7B models on an A100
+
+
+class ExactnessError(RuntimeError):
+    """A trial's output left the greedy reference at a position that is not float noise."""
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """What one tuning run does."""
+
+    trials: int = 40  # trials in the study in all (a resumed study runs only the missing ones)
+    budget_s: float | None = None  # stop starting new trials after this many seconds
+    max_new_tokens: int = 64  # tokens per prompt per run; enough for acceptance to settle
+    tune_prompts: int = 5  # prompts each trial runs (from the tuning split)
+    holdout_prompts: int = 8  # prompts the winner is re-measured on (held-out split)
+    finalists: int = 3  # best trials re-measured on the held-out split
+    max_window: int = 8  # search bound for W (also bounded by the step-latency curve)
+    max_ngram: int = 6  # search bound for N
+    search_policy: bool = True  # search the runtime policy (static/adaptive/lookup) and its knobs
+    seed: int = 0  # sampler seed and split seed
+
+    def __post_init__(self) -> None:
+        for name in ("trials", "max_new_tokens", "tune_prompts", "holdout_prompts", "finalists", "max_window"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if not 2 <= self.max_ngram <= 16:
+            raise ConfigError(f"max_ngram must be in 2..16, got {self.max_ngram}")
+        if self.budget_s is not None and not self.budget_s > 0:
+            raise ConfigError("budget must be positive (e.g. --budget 20m)")
+
+
+@dataclass
+class Candidate:
+    """One point of the search space, ready to run."""
+
+    config: LookaheadConfig
+    policy: dict[str, Any] | None  # None = static
+
+    def label(self) -> str:
+        c = self.config
+        pol = (self.policy or {"name": "static"})["name"]
+        return f"W={c.window} N={c.ngram} G={c.guesses} L={c.prompt_lookup}x{c.prompt_lookup_drafts} {pol}"
+
+
+@dataclass
+class Measured:
+    """Per-prompt timings of a candidate and its interleaved baselines."""
+
+    ours_s: list[float] = field(default_factory=list)
+    greedy_s: list[float] = field(default_factory=list)
+    pld_s: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=list)  # top-2 gaps at tolerated divergences
+
+    def ratio(self, baseline: list[float] | None = None) -> float:
+        base = self.greedy_s if baseline is None else baseline
+        return sum(base) / sum(self.ours_s) if self.ours_s else 0.0
+
+
+@dataclass
+class TuneResult:
+    best: Candidate
+    holdout: Measured
+    speedup: float  # held-out, vs HF greedy, ratio of total times
+    ci: tuple[float, float]  # 95% bootstrap interval over held-out prompts
+    vs_pld: float  # held-out, vs HF prompt lookup
+    study_name: str
+    storage: str
+    trials_run: int
+    finalists: list[tuple[Candidate, float]]  # (candidate, held-out speedup)
+    profile_id: int | None = None
+    report_png: Path | None = None
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+class Runner:
+    """Times greedy, HF prompt lookup and autolade on one prompt, and checks exactness."""
+
+    def __init__(self, model, *, max_new_tokens: int, eos: Sequence[int]) -> None:
+        self.model = model
+        self.n = max_new_tokens
+        self.eos = list(eos)
+        self.noise = NOISE_GAP.get(next(model.parameters()).dtype, 1e-4)
+        self._ref: dict[int, tuple[list[int], list[float]]] = {}
+
+    def _hf(self, ids: torch.Tensor, **kw) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        out = self.model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.n, do_sample=False,
+            eos_token_id=self.eos or None, pad_token_id=self.eos[0] if self.eos else 0, **kw,
+        )
+        return time.perf_counter() - t0, out
+
+    def reference(self, key: int, ids: torch.Tensor) -> tuple[list[int], list[float]]:
+        """Greedy tokens and the top-2 logit gap at each position (computed once per prompt)."""
+        if key not in self._ref:
+            _, out = self._hf(ids, output_logits=True, return_dict_in_generate=True)
+            toks = out.sequences[0, ids.shape[1] :].tolist()
+            gaps = [float(v[0] - v[1]) for v in (lg[0].float().topk(2).values for lg in out.logits)]
+            self._ref[key] = (toks, gaps)
+        return self._ref[key]
+
+    def greedy(self, ids: torch.Tensor) -> float:
+        with torch.inference_mode():
+            return self._hf(ids)[0]
+
+    def pld(self, ids: torch.Tensor) -> float:
+        with torch.inference_mode():
+            return self._hf(ids, prompt_lookup_num_tokens=10)[0]
+
+    def ours(self, key: int, ids: torch.Tensor, cand: Candidate) -> tuple[float, int, int, float | None]:
+        from .api import generate
+
+        ref, gaps = self.reference(key, ids)
+        policy = make_policy(cand.policy, cand.config)
+        t0 = time.perf_counter()
+        res = generate(self.model, ids, max_new_tokens=self.n, config=cand.config, policy=policy, eos_token_id=self.eos)
+        elapsed = time.perf_counter() - t0
+        new = res.sequences[0, ids.shape[1] :].tolist()
+        gap = None
+        for i, (a, b) in enumerate(zip(new, ref)):
+            if a != b:
+                gap = gaps[i]
+                if gap >= self.noise:
+                    raise ExactnessError(f"{cand.label()}: token {i} differs from greedy, top-2 gap {gap:.3g}")
+                break
+        return elapsed, len(new), res.stats.steps, gap
+
+
+def measure(runner: Runner, prompts: Sequence[torch.Tensor], cand: Candidate, *, pld: bool = False,
+            on_prompt: Callable[[int, Measured], None] | None = None, offset: int = 0) -> Measured:
+    """Interleaved per prompt: greedy, (prompt lookup,) autolade, in an order that alternates."""
+    m = Measured()
+    for i, ids in enumerate(prompts):
+        key = offset + i
+        runner.reference(key, ids)
+        order = ["greedy", "ours", "pld"] if i % 2 == 0 else ["ours", "pld", "greedy"]
+        for what in order:
+            if what == "greedy":
+                m.greedy_s.append(runner.greedy(ids))
+            elif what == "pld" and pld:
+                m.pld_s.append(runner.pld(ids))
+            elif what == "ours":
+                t, n, steps, gap = runner.ours(key, ids, cand)
+                m.ours_s.append(t)
+                m.tokens.append(n)
+                m.steps.append(steps)
+                if gap is not None:
+                    m.gaps.append(gap)
+        if on_prompt is not None:
+            on_prompt(i, m)
+    return m
+
+
+def bootstrap_ci(num: Sequence[float], den: Sequence[float], *, seed: int = 0, n: int = 2000) -> tuple[float, float]:
+    """95% interval of sum(num)/sum(den) over prompts, by resampling prompts."""
+    rng = random.Random(seed)
+    idx = range(len(num))
+    stats = sorted(
+        sum(num[j] for j in pick) / sum(den[j] for j in pick)
+        for pick in ([rng.choice(idx) for _ in idx] for _ in range(n))
+    )
+    return stats[int(0.025 * n)], stats[int(0.975 * n) - 1]
+
+
+# --- the search -----------------------------------------------------------------------------
+
+
+def suggest(trial, opts: TuneOptions, max_window: int) -> Candidate:
+    """Define-by-run search space; W=0 (no window) and plain greedy are always inside it."""
+    window = trial.suggest_int("window", 0, max_window)
+    ngram = trial.suggest_int("ngram", 2, opts.max_ngram) if window else 4
+    guesses = trial.suggest_int("guesses", 0, max_window) if window else 0
+    lookup = trial.suggest_categorical("prompt_lookup", [0, 4, 6, 8, 10, 12, 16])
+    drafts = trial.suggest_int("prompt_lookup_drafts", 1, 3) if lookup else 1
+    config = LookaheadConfig(window=window, ngram=ngram, guesses=guesses, prompt_lookup=lookup,
+                             prompt_lookup_drafts=drafts)
+    policy = None
+    if opts.search_policy and not config.greedy_only:
+        name = trial.suggest_categorical("policy", ["static", "adaptive", "lookup"])
+        if name == "adaptive" and window:
+            policy = {
+                "name": "adaptive",
+                "max_window": trial.suggest_int("max_window", 1, max_window),
+                "start_window": min(window, max_window),
+                "margin": trial.suggest_float("margin", 0.9, 1.2),
+                "probe_every": trial.suggest_categorical("probe_every", [16, 32, 64]),
+            }
+        elif name == "lookup" and lookup:
+            policy = {"name": "lookup", "max_draft": max(lookup, AdaptiveParams().min_draft)}
+    return Candidate(config, policy)
+
+
+def candidate_from_params(params: dict[str, Any], opts: TuneOptions) -> Candidate:
+    """Rebuild a candidate from a finished trial's params (the same rules as ``suggest``)."""
+
+    class Fixed:
+        def suggest_int(self, name, lo, hi):
+            return params[name]
+
+        suggest_float = suggest_categorical = lambda self, name, *a: params[name]  # noqa: E731
+
+    return suggest(Fixed(), opts, max(params.get("window", 0), params.get("max_window", 0), params.get("guesses", 0), 1))
+
+
+def warm_starts(curve, best_existing: dict | None, max_window: int) -> list[dict[str, Any]]:
+    """Trials to run first: greedy, prompt lookup alone, the stored best, and the paper's table scaled
+    to this machine's spare compute (k within 1.25x of c(1))."""
+    starts: list[dict[str, Any]] = [
+        {"window": 0, "prompt_lookup": 0},
+        {"window": 0, "prompt_lookup": 10, "prompt_lookup_drafts": 1, "policy": "static"},
+    ]
+    if curve is not None:
+        spare = max(curve.spare_compute(), 1)
+        # the paper packs 1 + 2*W*(N-1) tokens; keep N=5's shape, shrink W until it fits the spare compute
+        n = PAPER_A100_7B["ngram"] if spare >= 17 else 3
+        w = max(1, min(max_window, (spare - 1) // (2 * (n - 1)) or 1))
+        starts.append({"window": w, "ngram": n, "guesses": w, "prompt_lookup": 10, "prompt_lookup_drafts": 1,
+                       "policy": "static"})
+    if best_existing:
+        starts.insert(0, best_existing)
+    return starts
+
+
+def study_name_for(hardware: str, model: str, dtype: str, workload: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", f"{model}-{dtype}-{workload}-{hardware}")[:120]
+
+
+def tune(
+    model,
+    tokenizer,
+    *,
+    model_name: str,
+    workload: str,
+    options: TuneOptions | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    store=None,
+    hardware=None,
+    curve=None,
+    compare_paper: bool = True,
+    report_png: str | Path | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] = print,
+) -> TuneResult:
+    """Search, re-measure the finalists on the held-out split, save the winner as a profile."""
+    import optuna
+
+    from .api import _eos_ids
+    from .models import dtype_name, model_fingerprint
+    from .paths import user_dir
+    from .prompts import encode_prompt, load_workload, split_workload
+
+    opts = options or TuneOptions()
+    dtype = dtype_name(next(model.parameters()).dtype)
+    tag = workload_tag(workload)
+    prompts = load_workload(workload)
+    tune_split, hold_split = split_workload(prompts, holdout_fraction=0.3, seed=opts.seed)
+    if not tune_split or not hold_split:
+        raise ConfigError(f"workload {workload!r} needs at least 2 prompts (one to tune on, one held out)")
+    enc = lambda ps: [encode_prompt(tokenizer, p.text, kind=p.kind) for p in ps]  # noqa: E731
+    tune_ids, hold_ids = enc(tune_split[: opts.tune_prompts]), enc(hold_split[: opts.holdout_prompts])
+    runner = Runner(model, max_new_tokens=opts.max_new_tokens, eos=_eos_ids(model, None))
+    hw_fp = hardware.fingerprint if hardware is not None else "unknown"
+    storage = storage or f"sqlite:///{user_dir() / 'optuna.db'}"
+    study_name = study_name or study_name_for(hw_fp, model_name, dtype, tag)
+    max_window = _curve_max_window(curve, opts)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(
+            study_name=study_name, storage=storage, load_if_exists=True, direction="maximize",
+            sampler=optuna.samplers.TPESampler(seed=opts.seed, n_startup_trials=8),
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=6, n_warmup_steps=1),
+        )
+    except Exception as exc:  # bad URL, locked or foreign database
+        raise ConfigError(f"cannot open the Optuna study {study_name!r} in {storage}: {exc}") from None
+    finished = [t for t in study.trials if t.state.is_finished()]
+    if not study.trials:
+        best_existing = None
+        if store is not None and hardware is not None:
+            prof, _ = store.lookup(hardware_fingerprint=hw_fp, hardware_class=hardware.hardware_class,
+                                   model_fingerprint=model_fingerprint(model), dtype=dtype, workload=tag)
+            if prof is not None:
+                best_existing = _params_of(prof.settings, prof.policy)
+        for params in warm_starts(curve, best_existing, max_window):
+            study.enqueue_trial(params, skip_if_exists=True)
+    remaining = max(opts.trials - len(finished), 0)
+    log(f"study {study_name!r} in {storage}: {len(finished)} trials done, {remaining} to run")
+
+    def objective(trial) -> float:
+        cand = suggest(trial, opts, max_window)
+        trial.set_user_attr("label", cand.label())
+        if curve is not None and not cand.config.greedy_only:
+            best_case = max(cand.config.ngram if cand.config.lookahead else 1, cand.config.prompt_lookup + 1)
+            bound = best_case * curve.cost(1) / curve.cost(cand.config.packed_size())
+            trial.set_user_attr("bound", bound)
+            if bound < 1.0:  # even accepting everything it cannot beat greedy on this machine
+                raise optuna.TrialPruned(f"speedup bound {bound:.2f} < 1 from the step-latency curve")
+
+        def report(i: int, m: Measured) -> None:
+            trial.report(m.ratio(), i)
+            if i + 1 < len(tune_ids) and trial.should_prune():
+                raise optuna.TrialPruned()
+
+        m = measure(runner, tune_ids, cand, on_prompt=report)
+        trial.set_user_attr("tokens_per_step", sum(m.tokens) / max(sum(m.steps), 1))
+        trial.set_user_attr("gaps", m.gaps)
+        return m.ratio()
+
+    if remaining:
+        study.optimize(objective, n_trials=remaining, timeout=opts.budget_s, catch=(ExactnessError,),
+                       show_progress_bar=progress, gc_after_trial=False)
+
+    done = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE),
+                  key=lambda t: t.value, reverse=True)
+    if not done:
+        raise ConfigError(f"study {study_name!r} has no completed trial yet: run more trials")
+    finalists = [candidate_from_params(t.params, opts) for t in done[: opts.finalists]]
+    greedy = Candidate(LookaheadConfig(window=0, guesses=0, prompt_lookup=0), None)
+    if not any(c.config.greedy_only for c in finalists):
+        finalists.append(greedy)
+    log(f"re-measuring {len(finalists)} finalists on {len(hold_ids)} held-out prompts")
+    scored = []
+    for cand in finalists:
+        try:
+            m = measure(runner, hold_ids, cand, pld=True, offset=10_000)
+        except ExactnessError as exc:
+            log(f"  {cand.label()}: dropped, {exc}")
+            continue
+        scored.append((cand, m))
+        log(f"  {cand.label()}: {m.ratio():.3f}x greedy, {m.ratio(m.pld_s):.3f}x prompt lookup")
+    best, hold = max(scored, key=lambda cm: cm[1].ratio())
+    if hold.ratio() < 1.0 and not best.config.greedy_only:
+        best, hold = next(cm for cm in scored if cm[0].config.greedy_only)
+    finals = [(c, m.ratio()) for c, m in scored]
+    if compare_paper:
+        paper = Candidate(LookaheadConfig(**PAPER_A100_7B, prompt_lookup=0), None)
+        try:
+            pm = measure(runner, hold_ids, paper, offset=10_000)
+            finals.append((paper, pm.ratio()))
+            log(f"  paper's A100 setting {paper.label()}: {pm.ratio():.3f}x greedy")
+        except ExactnessError as exc:
+            log(f"  paper's setting diverged: {exc}")
+    result = TuneResult(
+        best=best, holdout=hold, speedup=hold.ratio(), ci=bootstrap_ci(hold.greedy_s, hold.ours_s, seed=opts.seed),
+        vs_pld=hold.ratio(hold.pld_s), study_name=study_name, storage=storage, trials_run=len(study.trials),
+        finalists=finals,
+    )
+    if store is not None and hardware is not None:
+        result.profile_id = _save(store, hardware, model, model_name, dtype, tag, result, curve, len(hold_ids))
+    if report_png is not None:
+        result.report_png = plot_study(study, report_png)
+    return result
+
+
+def workload_tag(workload: str) -> str:
+    """The profile key of a workload: the built-in name, or a file's stem."""
+    if workload in ("chat", "code", "mt-bench", "humaneval"):
+        return {"mt-bench": "chat", "humaneval": "code"}.get(workload, workload)
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", Path(workload).stem)[:64] or "custom"
+
+
+def _curve_max_window(curve, opts: TuneOptions) -> int:
+    """W beyond which even N=2 packs more than 4x c(1) costs: never worth a trial."""
+    if curve is None:
+        return opts.max_window
+    w = opts.max_window
+    while w > 1 and curve.cost(1 + 2 * w) > 4 * curve.cost(1):
+        w -= 1
+    return w
+
+
+def _params_of(config: LookaheadConfig, policy: dict | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"window": config.window, "prompt_lookup": config.prompt_lookup}
+    if config.window:
+        params.update(ngram=config.ngram, guesses=config.guesses)
+    if config.prompt_lookup:
+        params["prompt_lookup_drafts"] = config.prompt_lookup_drafts
+    if not config.greedy_only:
+        params["policy"] = (policy or {"name": "static"})["name"]
+    return params
+
+
+def _save(store, hardware, model, model_name, dtype, tag, result: TuneResult, curve, n_hold: int) -> int:
+    from .models import model_fingerprint
+    from .profile_format import Profile
+
+    fp = model_fingerprint(model)
+    h = result.holdout
+    prof = Profile(
+        hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
+        model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=dtype, workload=tag,
+        settings=result.best.config, policy=result.best.policy, speedup=max(result.speedup, 1e-3),
+        tokens_per_s=sum(h.tokens) / sum(h.ours_s),
+        baseline_tokens_per_s=sum(h.tokens) / sum(h.greedy_s),
+        prompt_set=f"{tag}[held-out {n_hold}]", hardware_summary=hardware.summary(),
+        step_curve=curve.to_dict() if curve is not None else None,
+        notes=f"tuned by autolade tune: study {result.study_name}, 95% CI {result.ci[0]:.2f}-{result.ci[1]:.2f}, "
+              f"{result.vs_pld:.2f}x HF prompt lookup",
+    )
+    return store.save(prof)
+
+
+def plot_study(study, path: str | Path) -> Path:
+    """Speedup per trial (by policy) and the best speedup on a W x N grid."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import optuna
+
+    trials = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name, colour in (("static", "tab:blue"), ("adaptive", "tab:orange"), ("lookup", "tab:green"), (None, "grey")):
+        pts = [(t.number, t.value) for t in trials if t.params.get("policy") == name]
+        if pts:
+            a.scatter(*zip(*pts), c=colour, label=name or "greedy", s=22)
+    a.axhline(1.0, color="k", lw=0.8, ls="--")
+    a.set(xlabel="trial", ylabel="speedup vs greedy (tuning prompts)", title=study.study_name[:60])
+    a.legend(fontsize=8)
+    ws = sorted({t.params.get("window", 0) for t in trials})
+    ns = sorted({t.params.get("ngram", 0) for t in trials if t.params.get("window", 0)}) or [0]
+    grid = np.full((len(ns), len(ws)), np.nan)
+    for t in trials:
+        w, n = t.params.get("window", 0), t.params.get("ngram", ns[0]) if t.params.get("window", 0) else ns[0]
+        i, j = ns.index(n) if n in ns else 0, ws.index(w)
+        grid[i, j] = t.value if math.isnan(grid[i, j]) else max(grid[i, j], t.value)
+    im = b.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+    b.set_xticks(range(len(ws)), ws)
+    b.set_yticks(range(len(ns)), ns)
+    b.set(xlabel="window W", ylabel="n-gram N (W=0: any)", title="best speedup per W x N")
+    fig.colorbar(im, ax=b)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

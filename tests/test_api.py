@@ -1,0 +1,103 @@
+"""The public generate(): contract, validation, stats, stops, settings resolution."""
+
+import pytest
+import torch
+
+import autolade
+from autolade import ConfigError, InputError, LookaheadConfig
+from autolade.api import generate
+from tiny import hf_greedy, repetitive_prompt, tiny_llama
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_llama()
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
+
+
+def test_sequences_and_stats(llama):
+    ids = repetitive_prompt(seed=0)
+    res = generate(llama, ids, max_new_tokens=40, window=3, ngram=3, guesses=3)
+    assert res.sequences.shape == (1, ids.shape[1] + 40)
+    assert torch.equal(res.sequences[:, : ids.shape[1]], ids)
+    assert res.sequences[0, ids.shape[1] :].tolist() == hf_greedy(llama, ids, 40)
+    st = res.stats
+    assert st.new_tokens == 40 and st.steps == len(st.per_step["packed"]) and st.steps <= 39
+    assert st.tokens_per_step == pytest.approx(39 / st.steps)
+    assert st.settings["window"] == 3 and st.settings_source == "explicit"
+    assert st.forward_ms > 0 and st.overhead_ms >= 0 and st.tokens_per_s > 0
+    assert "tokens/step" in st.summary()
+
+
+def test_one_dimensional_input_and_int32(llama):
+    ids = repetitive_prompt(seed=1)[0].to(torch.int32)
+    res = generate(llama, ids, max_new_tokens=5, config=LookaheadConfig(window=2))
+    assert res.sequences.shape == (1, ids.shape[0] + 5) and res.sequences.dtype == torch.long
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (torch.zeros((1, 0), dtype=torch.long), "empty"),
+        (torch.zeros((2, 4), dtype=torch.long), "one sequence"),
+        (torch.zeros((1, 4)), "integer"),
+        (torch.full((1, 4), 10_000), "vocabulary"),
+        ([1, 2, 3], "torch.LongTensor"),
+    ],
+)
+def test_bad_input_is_a_clear_error(llama, bad, match):
+    with pytest.raises(InputError, match=match):
+        generate(llama, bad, max_new_tokens=4, window=1)
+
+
+def test_over_long_prompt(llama):
+    with pytest.raises(InputError, match="exceeds the model's context of 512"):
+        generate(llama, torch.ones((1, 500), dtype=torch.long), max_new_tokens=20, window=1)
+
+
+@pytest.mark.parametrize("kw", [{"window": -1}, {"window": 10**6}, {"guesses": "3"}, {"ngram": 99}])
+def test_invalid_wng(llama, kw):
+    with pytest.raises(ConfigError):
+        generate(llama, repetitive_prompt(), max_new_tokens=4, **kw)
+
+
+def test_bad_max_new_tokens(llama):
+    with pytest.raises(ConfigError, match="max_new_tokens"):
+        generate(llama, repetitive_prompt(), max_new_tokens=-3, window=1)
+
+
+def test_eos_from_generation_config_and_stop_ids(llama):
+    ids = repetitive_prompt(seed=0)
+    ref = hf_greedy(llama, ids, 30)
+    res = generate(llama, ids, max_new_tokens=30, window=2, eos_token_id=[ref[7]])
+    assert res.sequences[0, ids.shape[1] :].tolist() == ref[: ref.index(ref[7]) + 1]
+    assert res.stats.stop_reason == "eos"
+    res = generate(llama, ids, max_new_tokens=30, window=2, stop_token_ids=[ref[5]])
+    assert res.stats.stop_reason == "stop" and ref[5] in res.sequences[0, ids.shape[1] :].tolist()
+
+
+def test_stop_strings_need_a_tokenizer(llama):
+    with pytest.raises(ConfigError, match="tokenizer"):
+        generate(llama, repetitive_prompt(), max_new_tokens=4, window=1, stop_strings=["x"])
+
+
+def test_policy_by_name_and_stats_record_it(llama):
+    res = generate(llama, repetitive_prompt(seed=2), max_new_tokens=30, config=LookaheadConfig(), policy="adaptive")
+    assert res.stats.policy == "adaptive"
+    assert len(res.stats.per_step["window"]) == res.stats.steps
+    with pytest.raises(ConfigError, match="unknown policy"):
+        generate(llama, repetitive_prompt(), max_new_tokens=4, config=LookaheadConfig(), policy="fastest")
+
+
+def test_no_settings_uses_default_and_says_so(llama):
+    res = generate(llama, repetitive_prompt(seed=2), max_new_tokens=8)
+    assert res.stats.settings_source.startswith("default")
+    assert res.sequences[0, -8:].tolist() == hf_greedy(llama, repetitive_prompt(seed=2), 8)
+
+
+def test_package_exports():
+    assert autolade.generate is generate and autolade.LookaheadConfig is LookaheadConfig
