@@ -7,7 +7,6 @@ output: it only chooses how many tokens the verifier gets to check.
 
 from __future__ import annotations
 
-import bisect
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -75,71 +74,6 @@ class StaticPolicy:
         return {"name": self.name}
 
 
-# Packed sizes at which the cost model keeps a running estimate; costs in between are interpolated.
-_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-
-
-class CostModel:
-    """Relative step cost c(k)/c(1), seeded from a measured step-latency curve and refined online.
-
-    Without a curve the prior is a gentle slope (2% per packed token); every observed step moves
-    its bucket's estimate (EMA), so the model follows what this machine really does.
-    """
-
-    def __init__(self, curve_ms: dict[int, float] | None = None, *, prior_slope: float = 0.02, ema: float = 0.2):
-        self.ema = ema
-        self._ms: dict[int, float] = {}
-        if curve_ms:
-            ks = sorted(int(k) for k in curve_ms)
-            for b in _BUCKETS:
-                self._ms[b] = _interp(ks, [float(curve_ms[k]) for k in ks], b)
-        self.prior_slope = prior_slope
-        self._seen: dict[int, float] = {}
-
-    def observe(self, k: int, seconds: float) -> None:
-        b = _bucket(k)
-        ms = seconds * 1e3
-        old = self._seen.get(b)
-        self._seen[b] = ms if old is None else old + self.ema * (ms - old)
-
-    def cost(self, k: int) -> float:
-        """Cost of a k-token step relative to a one-token step."""
-        c1 = self._estimate(1)
-        return self._estimate(k) / c1 if c1 > 0 else 1.0
-
-    def _estimate(self, k: int) -> float:
-        known = {**self._ms, **self._seen}
-        if not known:
-            return 1.0 + self.prior_slope * (k - 1)
-        ks = sorted(known)
-        if k < ks[0] or (len(ks) == 1 and k != ks[0]):
-            base = known[ks[0]] / (1.0 + self.prior_slope * (ks[0] - 1))
-            return base * (1.0 + self.prior_slope * (k - 1))
-        return _interp(ks, [known[x] for x in ks], k)
-
-
-def _bucket(k: int) -> int:
-    i = bisect.bisect_left(_BUCKETS, k)
-    if i == len(_BUCKETS):
-        return _BUCKETS[-1]
-    if i > 0 and k - _BUCKETS[i - 1] < _BUCKETS[i] - k:
-        return _BUCKETS[i - 1]
-    return _BUCKETS[i]
-
-
-def _interp(xs: list[int], ys: list[float], x: float) -> float:
-    if x <= xs[0]:
-        return ys[0]
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    # beyond the last point: extend the last segment's slope
-    if len(xs) == 1:
-        return ys[0]
-    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-    return ys[-1] + slope * (x - xs[-1])
-
-
 class DraftLength:
     """Prompt-lookup draft length, as transformers' assisted generation adapts it: +2 after a fully
     accepted draft, -1 after a partly rejected one, within [low, high]."""
@@ -161,14 +95,14 @@ class DraftLength:
 class AdaptiveParams:
     """Knobs of the acceptance-driven policy (searched by the tuner)."""
 
-    max_window: int = 8  # W never grows past this; G follows W (the paper's G = W)
+    max_window: int = 8  # W never grows past this; G follows W (capped by the config's G)
     start_window: int = 3  # W of the first steps
     min_draft: int = 2  # shortest prompt-lookup draft
     max_draft: int = 16  # longest prompt-lookup draft
-    ema: float = 0.15  # weight of the newest step in the acceptance averages
-    margin: float = 1.0  # the window stays on while predicted throughput with it / without it >= margin
-    probe_every: int = 32  # steps between probes while the window is off
-    probe_steps: int = 4  # steps one probe runs the window
+    ema: float = 0.1  # weight of the newest step in each width's tokens/step and s/step averages
+    margin: float = 1.02  # switch to a probed width only if its measured tokens/s is this much better
+    probe_every: int = 16  # steps on the current width between probes of a neighbour
+    probe_steps: int = 6  # steps one probe runs (long enough for the window's n-grams to pay)
 
     def __post_init__(self) -> None:
         for name, lo, hi in (
@@ -191,73 +125,86 @@ class AdaptiveParams:
 
 
 class AdaptivePolicy:
-    """Grows or shrinks the Jacobi window (and G with it) from recent acceptance against the cost
-    of a bigger packed step; turns the window off when it does not pay (prompt lookup alone, or
-    plain greedy steps when there is nothing to draft) and probes it again now and then.
+    """Grows or shrinks the Jacobi window (and G with it) by what each width measurably delivers.
 
-    Throughput model: tokens per step = 1 + lookup gain + pool gain(W), with pool gain measured
-    as an EMA while the window runs and assumed to grow like sqrt(W); cost from ``CostModel``.
+    Every width tried (0 = window off: prompt lookup alone, or plain greedy steps where nothing
+    matches) keeps EMAs of tokens per step and seconds per step, so its throughput estimate is
+    tokens/s as this machine really runs it: acceptance and the cost of the bigger packed step
+    in one number. The policy stays on the best width; every ``probe_every`` steps it runs a
+    neighbour (one wider, one narrower, or off) for ``probe_steps`` steps, so it follows the text
+    as it moves (code repeats, prose does not) and comes back when the window pays again. It
+    switches only for a gain above ``margin``. The output never changes: only the draft budget.
     """
 
     name = "adaptive"
 
-    def __init__(self, config: LookaheadConfig, params: AdaptiveParams | None = None, *, curve_ms=None) -> None:
+    def __init__(self, config: LookaheadConfig, params: AdaptiveParams | None = None) -> None:
         self.config = config
         self.params = p = params or AdaptiveParams()
-        self.costs = CostModel(curve_ms)
-        self.levels = config.levels
         self.can_window = config.lookahead
-        self.window = min(p.start_window, p.max_window) if self.can_window else 0
+        self.current = min(p.start_window, p.max_window) if self.can_window else 0
         self.draft = DraftLength(start=config.prompt_lookup, low=min(p.min_draft, config.prompt_lookup),
                                  high=min(p.max_draft, max(config.prompt_lookup, p.min_draft)))
-        self.lookup_gain = 0.0  # EMA of lookup-accepted tokens per step
-        self.pool_gain = 0.5  # EMA of pool-accepted tokens per window step (optimistic start)
-        self.off_steps = 0  # steps since the window was switched off
+        self.arms: dict[int, list[float]] = {}  # width -> [EMA tokens/step, EMA s/step, steps seen]
+        self.since_probe = 0
+        self.probe: int | None = None  # width being probed
         self.probe_left = 0
+        self._next_probe = 0  # rotates over the neighbours
+
+    def _width(self) -> int:
+        return self.probe if self.probe is not None else self.current
 
     def plan(self) -> StepPlan:
-        w = self.window if (self.window > 0 or self.probe_left > 0) else 0
-        if self.probe_left > 0:
-            w = max(w, 1)
+        w = self._width()
         d = self.draft.value if self.config.prompt_lookup else 0
         return StepPlan(window=w, guesses=min(w, self.config.guesses) if w else 0, draft_len=d,
                         drafts=self.config.prompt_lookup_drafts if d else 0)
 
-    def _packed(self, w: int, base: int) -> int:
-        return base + (self.levels * w + min(w, self.config.guesses) * self.levels if w else 0)
-
-    def _throughput(self, w: int, base: int, w_now: int) -> float:
-        gain = self.pool_gain * (w / max(w_now, 1)) ** 0.5 if w else 0.0
-        return (1.0 + self.lookup_gain + gain) / self.costs.cost(self._packed(w, base))
+    def throughput(self, w: int) -> float | None:
+        arm = self.arms.get(w)
+        return arm[0] / arm[1] if arm and arm[1] > 0 else None
 
     def update(self, outcome: StepOutcome) -> None:
         p = self.params
-        self.costs.observe(outcome.packed, outcome.step_s)
         self.draft.update(outcome)
-        lookup = outcome.accepted if outcome.accepted_from == "lookup" else 0
-        self.lookup_gain += p.ema * (lookup - self.lookup_gain)
-        w_now = outcome.plan.window
         if not self.can_window:
             return
-        if w_now == 0:
-            self.off_steps += 1
-            if self.window == 0 and self.off_steps >= p.probe_every:
-                self.off_steps, self.probe_left = 0, p.probe_steps
-            return
-        pool = outcome.accepted if outcome.accepted_from == "pool" else 0
-        self.pool_gain += p.ema * (pool - self.pool_gain)
-        if self.probe_left > 0:
-            self.probe_left -= 1
-            if self.probe_left > 0:
-                return
-            self.window = w_now  # probe over: decide below whether to keep it
-        base = 1 + outcome.lookup_nodes
-        options = [w for w in (w_now - 1, w_now, w_now + 1) if 1 <= w <= p.max_window]
-        best = max(options, key=lambda w: self._throughput(w, base, w_now))
-        if self._throughput(best, base, w_now) < p.margin * self._throughput(0, base, w_now):
-            self.window, self.off_steps = 0, 0
+        w = outcome.plan.window
+        arm = self.arms.get(w)
+        tokens = outcome.accepted + 1
+        if arm is None:
+            self.arms[w] = [float(tokens), outcome.step_s, 1]
         else:
-            self.window = best
+            rate = max(p.ema, 1.0 / (arm[2] + 1))  # plain mean for the first steps, then EMA
+            arm[0] += rate * (tokens - arm[0])
+            arm[1] += rate * (outcome.step_s - arm[1])
+            arm[2] += 1
+        if self.probe is not None:
+            self.probe_left -= 1
+            if self.probe_left <= 0:
+                self._decide(self.probe)
+                self.probe = None
+            return
+        self.since_probe += 1
+        if self.since_probe >= p.probe_every:
+            self.since_probe = 0
+            options = self._neighbours()
+            if options:
+                self.probe = options[self._next_probe % len(options)]
+                self._next_probe += 1
+                self.probe_left = p.probe_steps
+
+    def _neighbours(self) -> list[int]:
+        c, top = self.current, self.params.max_window
+        out = [w for w in (c + 1, c - 1) if 1 <= w <= top]
+        if c != 0:
+            out.append(0)
+        return out
+
+    def _decide(self, probed: int) -> None:
+        now, alt = self.throughput(self.current), self.throughput(probed)
+        if alt is not None and (now is None or alt > now * self.params.margin):
+            self.current = probed
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **asdict(self.params)}
@@ -269,7 +216,7 @@ class LookupPolicy:
 
     name = "lookup"
 
-    def __init__(self, config: LookaheadConfig, params: AdaptiveParams | None = None, **_: Any) -> None:
+    def __init__(self, config: LookaheadConfig, params: AdaptiveParams | None = None) -> None:
         p = params or AdaptiveParams()
         self.config = config
         self.draft = DraftLength(start=config.prompt_lookup, low=min(p.min_draft, config.prompt_lookup),
@@ -289,7 +236,7 @@ class LookupPolicy:
 POLICIES = {"static": StaticPolicy, "adaptive": AdaptivePolicy, "lookup": LookupPolicy}
 
 
-def make_policy(spec: str | dict | None, config: LookaheadConfig, *, curve_ms: dict[int, float] | None = None):
+def make_policy(spec: str | dict | None, config: LookaheadConfig):
     """A policy from a name ("adaptive"), a preset file in ``policies/`` ("adaptive-cpu"), a JSON
     path, or a dict {"name": ..., **params}. None = static."""
     if spec is None:
@@ -312,7 +259,7 @@ def make_policy(spec: str | dict | None, config: LookaheadConfig, *, curve_ms: d
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"unknown {name} policy parameter(s) {unknown}; known: {sorted(known)}")
-    return cls(config, AdaptiveParams(**data), curve_ms=curve_ms)
+    return cls(config, AdaptiveParams(**data))
 
 
 def _preset(name: str) -> dict | str:
