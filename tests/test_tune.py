@@ -1,0 +1,106 @@
+"""The Optuna tuner on the real SmolLM2 with a tiny workload: a real study in SQLite, resumable,
+saving a profile that generate() then uses."""
+
+import json
+
+import optuna
+import pytest
+import torch
+
+from autolade import api
+from autolade.config import LookaheadConfig
+from autolade.errors import ConfigError
+from autolade.hardware import probe_hardware
+from autolade.store import ProfileStore
+from autolade.tune import (
+    Candidate,
+    ExactnessError,
+    Runner,
+    TuneOptions,
+    bootstrap_ci,
+    candidate_from_params,
+    suggest,
+    tune,
+    workload_tag,
+)
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "List the numbers from 1 to 20, one per line.",
+    "Write the alphabet in capital letters, separated by commas.",
+    "Repeat this sentence three times: the cat sat on the mat.",
+    "Count down from 10 to 1.",
+]
+
+
+@pytest.fixture
+def workload(tmp_path):
+    path = tmp_path / "counting.jsonl"
+    path.write_text("\n".join(json.dumps({"id": f"p{i}", "prompt": p}) for i, p in enumerate(PROMPTS)))
+    return str(path)
+
+
+def test_tune_saves_a_profile_resumes_and_generate_uses_it(smollm2, workload, tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
+    model, tok = smollm2
+    store = ProfileStore(tmp_path / "home" / "autolade.db")
+    hw = probe_hardware(measure=False)
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    opts = TuneOptions(trials=4, max_new_tokens=12, tune_prompts=2, holdout_prompts=1, finalists=2)
+    logs = []
+    res = tune(model, tok, model_name="smollm2-135m", workload=workload, options=opts, storage=storage,
+               study_name="t", store=store, hardware=hw, compare_paper=False, report_png=tmp_path / "r.png",
+               progress=False, log=logs.append)
+    assert res.trials_run == 4 and res.profile_id is not None
+    assert res.speedup >= 1.0 or res.best.config.greedy_only  # never slower than greedy by construction
+    assert res.ci[0] <= res.speedup <= res.ci[1]
+    assert (tmp_path / "r.png").stat().st_size > 1000
+    study = optuna.load_study(study_name="t", storage=storage)
+    assert study.trials[0].params["window"] == 0 and study.trials[0].params["prompt_lookup"] == 0  # greedy enqueued
+    # resuming: the same command runs only what is missing
+    opts6 = TuneOptions(trials=6, max_new_tokens=12, tune_prompts=2, holdout_prompts=1, finalists=1)
+    tune(model, tok, model_name="smollm2-135m", workload=workload, options=opts6, storage=storage, study_name="t",
+         store=None, hardware=hw, compare_paper=False, progress=False, log=logs.append)
+    assert len(optuna.load_study(study_name="t", storage=storage).trials) == 6
+    assert any("4 trials done, 2 to run" in line for line in logs)
+    # generate() with no settings now uses the stored profile for this hardware/model/dtype/workload
+    ids = tok("Count down from 10 to 1.", return_tensors="pt").input_ids
+    out = api.generate(model, ids, max_new_tokens=4, workload=workload_tag(workload))
+    assert out.stats.settings_source.startswith("store:exact")
+    assert out.stats.settings == res.best.config.to_dict()
+
+
+def test_diverging_output_fails_the_trial(smollm2):
+    model, tok = smollm2
+    ids = tok("Hello", return_tensors="pt").input_ids
+    runner = Runner(model, max_new_tokens=4, eos=[2])
+    ref, gaps = runner.reference(0, ids)
+    runner._ref[0] = ([t + 1 for t in ref], [5.0] * len(ref))  # a reference the engine cannot match
+    with pytest.raises(ExactnessError, match="top-2 gap 5"):
+        runner.ours(0, ids, Candidate(LookaheadConfig(window=1), None))
+    runner._ref[0] = ([t + 1 for t in ref], [1e-6] * len(ref))  # the same flip within float noise: tolerated
+    _, _, _, gap = runner.ours(0, ids, Candidate(LookaheadConfig(window=1), None))
+    assert gap == pytest.approx(1e-6)
+
+
+def test_search_space_round_trips_and_options_validate():
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    opts = TuneOptions()
+    for _ in range(20):
+        trial = study.ask()
+        cand = suggest(trial, opts, 6)
+        assert cand.config.window <= 6
+        again = candidate_from_params(trial.params, opts)
+        assert again.config == cand.config and again.policy == cand.policy
+        study.tell(trial, 1.0)
+    with pytest.raises(ConfigError):
+        TuneOptions(trials=0)
+    with pytest.raises(ConfigError, match="budget"):
+        TuneOptions(budget_s=-1)
+
+
+def test_bootstrap_ci_brackets_the_ratio():
+    lo, hi = bootstrap_ci([2.0, 2.2, 1.8, 2.1], [1.0, 1.0, 1.0, 1.0])
+    assert lo <= 2.025 <= hi and hi - lo < 0.5
+    assert torch.isfinite(torch.tensor([lo, hi])).all()
