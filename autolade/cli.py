@@ -70,9 +70,16 @@ class TextStream:
 @click.option("--raw", is_flag=True, help="no chat template: the prompt is fed as plain text")
 @click.option("--stats", is_flag=True, help="print steps, tokens/step, tok/s and where the settings came from")
 @click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
+@click.option("--sample", "do_sample", is_flag=True, help="sample (exactly the distribution of HF do_sample=True) instead of greedy")
+@click.option("--temperature", type=float, default=None, help="with --sample: temperature (default: the model's, else 1.0)")
+@click.option("--top-k", type=int, default=None, help="with --sample: top-k (0 = off; default: the model's, else 50)")
+@click.option("--top-p", type=float, default=None, help="with --sample: nucleus top-p (default: the model's, else 1.0 = off)")
+@click.option("--min-p", type=float, default=None, help="with --sample: min-p (default: the model's, else off)")
+@click.option("--repetition-penalty", type=float, default=None, help="repetition penalty, greedy or sampled (1.0 = off)")
+@click.option("--seed", type=int, default=None, help="with --sample: RNG seed for a reproducible run")
 @clean_errors
 def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workload, policy, plot_path, raw, stats,
-             trust_remote_code):
+             trust_remote_code, do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed):
     """Generate a completion for PROMPT with exact lookahead decoding."""
     from . import api
     from .lookup import infer_workload
@@ -86,6 +93,8 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
     res = api.generate(
         mdl, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses,
         workload=workload, policy=policy, tokenizer=tok, on_tokens=stream,
+        do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+        repetition_penalty=repetition_penalty, seed=seed,
     )
     stream.close()
     if stats:
@@ -107,12 +116,13 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
 @click.option("--baselines", default="greedy,pld", show_default=True, help="HF methods: greedy (required, the reference), pld")
 @click.option("--warmup", type=int, default=1, show_default=True, help="untimed runs of every method on the first prompt")
 @click.option("--repeats", "-r", type=int, default=1, show_default=True, help="timed runs per prompt and method; the fastest is kept")
+@click.option("--max-minutes", type=float, default=None, help="start no new prompt after this many minutes (report what ran)")
 @click.option("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
 @click.option("--device", default=None, help="cpu or cuda[:N] (default: where the loader puts it)")
 @click.option("--out", "-o", default="out/bench", show_default=True, help="writes OUT.json and OUT.png")
 @click.option("--quiet", "-q", is_flag=True, help="no per-prompt progress on stderr")
 @clean_errors
-def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, baselines, warmup, repeats, threads, device, out, quiet):
+def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, baselines, warmup, repeats, max_minutes, threads, device, out, quiet):
     """HF greedy vs HF prompt lookup vs autolade, interleaved prompt by prompt; table, JSON, PNG."""
     from .bench import COPY_SET, bench_main
 
@@ -121,6 +131,7 @@ def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, confi
     bench_main(
         model=model, dtype=dtype, sets=sets, prompts=n_prompts or None, max_new_tokens=max_new_tokens,
         configs=configs, baselines=baselines, warmup=warmup, repeats=repeats, threads=threads, device=device, out=out,
+        max_seconds=None if max_minutes is None else 60 * max_minutes,
         echo=click.echo, progress=None if quiet else (lambda msg: click.echo(msg, err=True)),
     )
 
@@ -155,6 +166,8 @@ def profile_command(model, dtype, plot, quick):
         curve = measure_step_curve(mdl, name=fp["name"])
     click.echo("\nstep latency, median ms per forward of k packed tokens:")
     click.echo(curve.table())
+    for note in curve.notes:
+        click.echo(f"note: {note}")
     click.echo(f"\nspare compute: k={curve.spare_compute()} (largest k costing at most 1.25 x c(1))")
     click.echo("speedup upper bound N * c(1)/c(k), k = 1 + (N-1)W + G(N-1):")
     for w, n, g in _BOUND_EXAMPLES:
@@ -333,7 +346,8 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
     if curve is None:
         click.echo("measuring the step-latency curve (once per hardware/model/dtype)...", err=True)
         curve = measure_step_curve(mdl, contexts=(256,), repeats=3, warmup=1)
-        store.save_curve(curve, hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+        store.save_curve(curve, hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
+                         hardware_summary=hardware.summary(), model_fingerprint=fp, dtype=fp["dtype"])
     name = study_name or study_name_for(hardware.fingerprint, fp["name"], fp["dtype"], workload_tag(workload))
     report_png = report_png or str(user_dir() / "reports" / f"{name}.png")
     res = run_tune(mdl, tok, model_name=fp["name"], workload=workload, options=opts, storage=storage,

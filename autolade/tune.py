@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import random
 import re
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
