@@ -428,7 +428,11 @@ def make_verifier(
     sample_only = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "seed": seed}
     given = sorted(n for n, v in sample_only.items() if v is not None)
     if given:
-        raise ConfigError(f"{', '.join(given)} only apply when sampling: pass do_sample=True (or drop them for greedy)")
+        verb = "applies" if len(given) == 1 else "apply"
+        raise ConfigError(
+            f"{', '.join(given)} only {verb} when sampling: pass do_sample=True (--sample on the command line), "
+            "or drop it for greedy decoding"
+        )
     penalty = repetition_penalty
     if penalty is None:
         gc = _model_generation_config(model)
