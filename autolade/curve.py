@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ class StepCurve:
     repeats: int = 5  # timed forwards per point (the median is kept)
     model: str | None = None  # model name, for display only
     torch_threads: int | None = None  # torch.get_num_threads() while measuring (CPU)
+    spread: dict[int, dict[int, float]] | None = None  # {context: {k: (max - min) / median}} over the repeats
+    notes: tuple[str, ...] = ()  # e.g. "system busy while measuring ..."; shown with the table
 
     def __post_init__(self) -> None:
         if not isinstance(self.points, dict) or not self.points:
@@ -100,6 +103,12 @@ class StepCurve:
         k = packed_tokens(window=window, ngram=ngram, guesses=guesses)
         return ngram * self.cost(1, context) / self.cost(k, context)
 
+    def noisy_points(self, *, threshold: float = 0.5) -> list[tuple[int, int, float]]:
+        """(context, k, spread) of the points whose repeats varied by more than ``threshold`` x median."""
+        if not self.spread:
+            return []
+        return [(ctx, k, sp) for ctx, row in sorted(self.spread.items()) for k, sp in sorted(row.items()) if sp > threshold]
+
     def table(self) -> str:
         """Readable table: one row per k, one column per context (ms and x c(1))."""
         contexts = self.contexts
@@ -122,7 +131,9 @@ class StepCurve:
             "model": self.model,
             "torch_threads": self.torch_threads,
             # JSON keys are strings; from_dict turns them back into ints
-            "points": {str(ctx): {str(k): round(ms, 4) for k, ms in sorted(row.items())} for ctx, row in sorted(self.points.items())},
+            "points": _str_keys(self.points),
+            "spread": _str_keys(self.spread) if self.spread else None,
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -134,10 +145,11 @@ class StepCurve:
         raw = data.get("points")
         if not isinstance(raw, dict):
             raise ProfileError("step curve: 'points' must be a {context: {k: ms}} object")
-        try:
-            points = {int(ctx): {int(k): float(ms) for k, ms in row.items()} for ctx, row in raw.items()}
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise ProfileError(f"step curve: 'points' must map integer contexts to {{k: ms}}: {exc}") from None
+        points = _int_keys(raw, "points")
+        spread = _int_keys(data["spread"], "spread") if data.get("spread") is not None else None
+        notes = data.get("notes") or []
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise ProfileError("step curve: 'notes' must be a list of strings")
         for key, kind in (("device", str), ("dtype", str), ("repeats", int)):
             if key in data and not isinstance(data[key], kind):
                 raise ProfileError(f"step curve: '{key}' must be {kind.__name__}, got {data[key]!r}")
@@ -148,7 +160,21 @@ class StepCurve:
             repeats=data.get("repeats", 5),
             model=data.get("model"),
             torch_threads=data.get("torch_threads"),
+            spread=spread,
+            notes=tuple(notes),
         )
+
+
+def _str_keys(table: dict[int, dict[int, float]]) -> dict[str, dict[str, float]]:
+    # JSON keys are strings; _int_keys turns them back
+    return {str(ctx): {str(k): round(v, 4) for k, v in sorted(row.items())} for ctx, row in sorted(table.items())}
+
+
+def _int_keys(raw: Any, name: str) -> dict[int, dict[int, float]]:
+    try:
+        return {int(ctx): {int(k): float(v) for k, v in row.items()} for ctx, row in raw.items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ProfileError(f"step curve: '{name}' must map integer contexts to {{k: value}}: {exc}") from None
 
 
 def packed_tokens(*, window: int, ngram: int, guesses: int) -> int:
@@ -188,6 +214,8 @@ def measure_step_curve(
     tokens with explicit position ids and a float 4-D additive mask [1, 1, k, context + k]
     (causal inside the block: the cost is what matters here, not the pattern). The cache is
     cropped back to ``context`` after every forward, so each point sees the same prefix.
+    The repeats run in interleaved rounds over all ks, so a burst of outside load spreads
+    over the curve instead of bending one point; ``spread`` and ``notes`` record the noise.
     """
     import torch
 
@@ -212,31 +240,47 @@ def measure_step_curve(
     cache_kwarg = _cache_kwarg(model)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(0)
+    load_before = _load_average()
     points: dict[int, dict[int, float]] = {}
+    spread: dict[int, dict[int, float]] = {}
     with torch.inference_mode():
         for context in contexts:
             cache = _new_cache()
             if context > 0:
                 prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
                 model(input_ids=prefix, use_cache=True, **{cache_kwarg: cache})
-            row: dict[int, float] = {}
+            inputs = {k: _step_inputs(torch, k, context, vocab=vocab, device=device, dtype=dtype, gen=gen) for k in ks}
+
+            def step(k: int) -> float:
+                sync()
+                start = time.perf_counter()
+                model(**inputs[k], use_cache=True, **{cache_kwarg: cache})
+                sync()
+                elapsed = time.perf_counter() - start
+                _crop(cache, k, context)
+                return elapsed * 1000.0
+
             for k in ks:
-                ids = torch.randint(0, vocab, (1, k), generator=gen).to(device)
-                positions = torch.arange(context, context + k, device=device)[None]
-                mask = torch.zeros((1, 1, k, context + k), dtype=dtype, device=device)
-                mask[0, 0, :, context:] = torch.triu(torch.full((k, k), float("-inf"), dtype=dtype, device=device), 1)
-                times = []
-                for i in range(warmup + repeats):
-                    sync()
-                    start = time.perf_counter()
-                    model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, **{cache_kwarg: cache})
-                    sync()
-                    elapsed = time.perf_counter() - start
-                    _crop(cache, k, context)
-                    if i >= warmup:
-                        times.append(elapsed * 1000.0)
-                row[k] = statistics.median(times)
-            points[int(context)] = row
+                for _ in range(warmup):
+                    step(k)
+            # interleaved rounds: a burst of outside load hits every k a little, not one k a lot
+            times: dict[int, list[float]] = {k: [] for k in ks}
+            for _ in range(repeats):
+                for k in ks:
+                    times[k].append(step(k))
+            points[int(context)] = {k: statistics.median(t) for k, t in times.items()}
+            spread[int(context)] = {k: (max(t) - min(t)) / statistics.median(t) for k, t in times.items()}
+    notes = []
+    # only the load from before: over a long measurement our own threads raise the average
+    if load_before is not None and load_before >= 0.5:
+        notes.append(
+            f"system busy when measuring began (1-min load average {load_before:.2f} on {os.cpu_count()} CPUs): "
+            "other processes inflate and scatter these timings"
+        )
+    curve_spread = [sp for row in spread.values() for sp in row.values()]
+    noisy = sum(sp > 0.5 for sp in curve_spread)
+    if noisy:
+        notes.append(f"{noisy} of {len(curve_spread)} points varied by more than 50% across repeats: rerun on an idle machine")
     return StepCurve(
         points=points,
         device=str(device),
@@ -244,7 +288,25 @@ def measure_step_curve(
         repeats=repeats,
         model=name,
         torch_threads=torch.get_num_threads() if device.type == "cpu" else None,
+        spread=spread,
+        notes=tuple(notes),
     )
+
+
+def _step_inputs(torch: Any, k: int, context: int, *, vocab: int, device: Any, dtype: Any, gen: Any) -> dict[str, Any]:
+    """k packed tokens after ``context``: ids, explicit positions, float 4-D mask (0 = see, -inf = hide)."""
+    ids = torch.randint(0, vocab, (1, k), generator=gen).to(device)
+    positions = torch.arange(context, context + k, device=device)[None]
+    mask = torch.zeros((1, 1, k, context + k), dtype=dtype, device=device)
+    mask[0, 0, :, context:] = torch.triu(torch.full((k, k), float("-inf"), dtype=dtype, device=device), 1)
+    return {"input_ids": ids, "position_ids": positions, "attention_mask": mask}
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _new_cache() -> Any:
@@ -357,13 +419,21 @@ def default_settings(curve: StepCurve, *, context: int | None = None) -> Lookahe
     settings whose packed size lies within the measured ks (no extrapolation), and returns
     plain greedy (``config.GREEDY``) unless the best beats greedy by 10%. On a curve where
     k=2 already costs ~2x k=1 (fp32 on a small CPU) that means greedy or prompt lookup only.
+
+    Conservative about noise: with ``context=None`` a setting's prediction is its worst over
+    the measured contexts, using only contexts whose repeats agreed (spread <= 50%) when any did.
     """
     k_max = max(curve.ks)
+    if context is not None:
+        contexts = [context]
+    else:
+        noisy = {ctx for ctx, _, _ in curve.noisy_points()}
+        contexts = [ctx for ctx in curve.contexts if ctx not in noisy] or curve.contexts
     best, best_speedup = GREEDY, DEFAULT_MARGIN
     for candidate in _grid():
         if candidate.packed_size() > k_max:
             continue
-        speedup = predicted_speedup(curve, candidate, context=context)
+        speedup = min(predicted_speedup(curve, candidate, context=ctx) for ctx in contexts)
         if speedup > best_speedup + 1e-9:
             best, best_speedup = candidate, speedup
     return best

@@ -197,7 +197,9 @@ class HardwareProfile:
 def probe_hardware(*, device: str | None = None, quick: bool = False, measure: bool = True) -> HardwareProfile:
     """Describe this machine. ``device=None`` picks "cuda:0" when torch sees a GPU, else "cpu".
 
-    The CPU micro-benchmarks run only when the model runs on the CPU (``quick`` shortens them).
+    The CPU micro-benchmarks run only when the model runs on the CPU (``quick`` shortens them
+    to ~0.2 s; ``measure=False`` skips them: the fingerprint never depends on them, so
+    generate() can look up a profile in milliseconds).
     """
     import os
 
@@ -217,7 +219,7 @@ def probe_hardware(*, device: str | None = None, quick: bool = False, measure: b
     gpus, nvml_note = _nvml_gpus(torch)
     if nvml_note:
         notes.append(nvml_note)
-    busy = _busy_note(os)
+    busy = _busy_note(os) if measure else None
     if busy:
         notes.append(busy)
     measured: dict[str, float | None] = {}

@@ -1,0 +1,543 @@
+"""The profile store: one SQLite file (``user_dir()/autolade.db``) of tuned profiles and step curves.
+
+- Schema by append-only migrations, recorded in ``_migrations``: never edit one, only append.
+- WAL mode and a busy timeout, so two processes saving at once lose nothing.
+- A file that is not SQLite, or an SQLite file autolade did not create, is refused with a
+  ``StoreError`` and left exactly as it was.
+- ``lookup()`` is what generate() calls: exact (hardware, model, dtype, workload) first, then
+  the same model on the nearest hardware (same hardware class), from the store and from JSON
+  files in the repo's ``profiles/`` (and any extra dirs); else ``(None, "default")``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import sqlite_utils
+
+from .config import LookaheadConfig
+from .curve import StepCurve
+from .errors import ProfileError, StoreError
+from .paths import repo_profiles_dir, user_dir
+from .profile_format import (  # noqa: F401  (re-exported: the store's JSON sharing format)
+    FORMAT,
+    VERSION,
+    Profile,
+    autolade_version,
+    export_profile,
+    import_profile,
+    model_key,
+    now_iso,
+    profile_from_json,
+    profile_to_json,
+)
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "MIGRATIONS",
+    "Profile",
+    "ProfileStore",
+    "applied_migrations",
+    "export_profile",
+    "import_profile",
+    "migrate",
+    "model_key",
+    "profile_from_json",
+    "profile_to_json",
+    "read_profile_file",
+]
+
+DB_NAME = "autolade.db"
+SQLITE_HEADER = b"SQLite format 3\x00"
+DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
+
+
+# --- migrations (append-only: add new ones at the end, never edit or reorder) --------------
+
+
+def _m0001_profiles(db: sqlite_utils.Database) -> None:
+    db["profiles"].create(
+        {
+            "id": int,
+            "hardware_fingerprint": str,
+            "hardware_class": str,
+            "hardware_summary": str,
+            "model_name": str,
+            "model_config_hash": str,
+            "model_fingerprint": str,
+            "dtype": str,
+            "workload": str,
+            "settings": str,  # LookaheadConfig as JSON
+            "policy": str,  # JSON or NULL
+            "speedup": float,
+            "tokens_per_s": float,
+            "baseline_tokens_per_s": float,
+            "prompt_set": str,
+            "created": str,
+            "autolade_version": str,
+            "step_curve": str,  # StepCurve JSON or NULL
+            "notes": str,
+        },
+        pk="id",
+        not_null={"hardware_fingerprint", "hardware_class", "model_name", "model_fingerprint", "dtype", "workload", "settings"},
+    )
+
+
+def _m0002_curves(db: sqlite_utils.Database) -> None:
+    db["curves"].create(
+        {
+            "id": int,
+            "hardware_fingerprint": str,
+            "hardware_class": str,
+            "hardware_summary": str,
+            "model_name": str,
+            "model_config_hash": str,
+            "model_fingerprint": str,
+            "dtype": str,
+            "curve": str,  # StepCurve JSON
+            "created": str,
+            "autolade_version": str,
+        },
+        pk="id",
+        not_null={"hardware_fingerprint", "model_fingerprint", "dtype", "curve"},
+    )
+
+
+def _m0003_indexes(db: sqlite_utils.Database) -> None:
+    db["profiles"].create_index(["model_fingerprint", "dtype", "workload", "hardware_fingerprint"], index_name="idx_profiles_exact")
+    db["profiles"].create_index(["model_fingerprint", "dtype", "workload", "hardware_class"], index_name="idx_profiles_class")
+    db["curves"].create_index(["model_fingerprint", "dtype", "hardware_fingerprint"], index_name="idx_curves_key")
+
+
+Migration = tuple[str, Callable[[sqlite_utils.Database], None]]
+MIGRATIONS: tuple[Migration, ...] = (
+    ("0001_profiles", _m0001_profiles),
+    ("0002_curves", _m0002_curves),
+    ("0003_indexes", _m0003_indexes),
+)
+
+
+def applied_migrations(db: sqlite_utils.Database) -> list[str]:
+    if "_migrations" not in db.table_names():
+        return []
+    return [row["name"] for row in db.query("select name from _migrations order by rowid")]
+
+
+def migrate(db: sqlite_utils.Database, migrations: Iterable[Migration] = MIGRATIONS) -> list[str]:
+    """Apply the migrations not yet recorded, in order, in one write transaction. Returns their names.
+
+    ``BEGIN IMMEDIATE`` takes the write lock before reading what is applied, so two processes
+    opening a fresh file at once migrate it exactly once.
+    """
+    newly = []
+    with _immediate(db.conn):
+        db.execute("create table if not exists _migrations (name text primary key, applied text not null)")
+        done = set(applied_migrations(db))
+        for name, apply in migrations:
+            if name in done:
+                continue
+            apply(db)
+            db.execute("insert into _migrations (name, applied) values (?, ?)", [name, now_iso()])
+            newly.append(name)
+    return newly
+
+
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error. sqlite-utils calls inside nest as savepoints."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+class ProfileStore:
+    """Tuned profiles and step curves in one SQLite file.
+
+    ``path=None`` is ``user_dir()/autolade.db`` (``$AUTOLADE_HOME``); ``":memory:"`` is an
+    in-memory store (tests).
+    """
+
+    def __init__(self, path: str | Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+        self.memory = str(path) == ":memory:"
+        self.path = Path(":memory:") if self.memory else Path(path) if path is not None else user_dir() / DB_NAME
+        self.busy_timeout = busy_timeout
+        if not self.memory:
+            _refuse_non_sqlite(self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(":memory:" if self.memory else str(self.path), timeout=busy_timeout)
+        try:
+            with self._errors("open"):
+                self.db = sqlite_utils.Database(conn, execute_plugins=False)
+                _retry_locked(self._open, timeout=busy_timeout)
+        except BaseException:
+            conn.close()
+            raise
+
+    def _open(self) -> None:
+        tables = self.db.table_names()  # first read: fails here if the file is not a database
+        self._refuse_foreign(tables)  # before anything writes: a foreign file stays byte-identical
+        if not self.memory and self.db.journal_mode != "wal":
+            self.db.enable_wal()
+        migrate(self.db)
+
+    def __repr__(self) -> str:
+        return f"ProfileStore({str(self.path)!r})"
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "ProfileStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- profiles
+
+    def save(self, profile: Profile) -> int:
+        """Insert a profile (validated on construction) and return its new id."""
+        row = _profile_row(profile)
+        row.pop("id")
+        with self._errors("save a profile to"), self._write():
+            return self.db["profiles"].insert(row).last_pk
+
+    def get(self, id: int) -> Profile:
+        """The profile with this id; StoreError if there is none."""
+        with self._errors("read"):
+            rows = list(self.db.query("select * from profiles where id = ?", [id]))
+        if not rows:
+            raise StoreError(f"no profile #{id} in {self.path}; `autolade profiles list` shows what is there")
+        return _row_profile(rows[0])
+
+    def list(self, *, hardware: str | None = None, model: str | None = None, workload: str | None = None) -> list[Profile]:
+        """Stored profiles, oldest first. ``hardware`` matches a fingerprint or class, ``model`` a name or fingerprint."""
+        where, args = [], []
+        if hardware is not None:
+            where.append("(hardware_fingerprint = ? or hardware_class = ?)")
+            args += [hardware, hardware]
+        if model is not None:
+            where.append("(model_name = ? or model_fingerprint = ?)")
+            args += [model, model]
+        if workload is not None:
+            where.append("workload = ?")
+            args.append(workload)
+        sql = "select * from profiles" + (" where " + " and ".join(where) if where else "") + " order by id"
+        with self._errors("read"):
+            return [_row_profile(row) for row in self.db.query(sql, args)]
+
+    def remove(self, id: int) -> None:
+        """Delete one profile; StoreError if there is none."""
+        with self._errors("remove a profile from"), self._write():
+            cursor = self.db.execute("delete from profiles where id = ?", [id])
+        if cursor.rowcount == 0:
+            raise StoreError(f"no profile #{id} in {self.path}; `autolade profiles list` shows what is there")
+
+    def find_duplicate(self, profile: Profile) -> int | None:
+        """Id of a stored profile with the same key, settings, policy and created date (a re-import)."""
+        row = _profile_row(profile)
+        sql = (
+            "select id from profiles where hardware_fingerprint = ? and model_fingerprint = ? and dtype = ? "
+            "and workload = ? and settings = ? and created = ? and coalesce(policy, '') = coalesce(?, '') order by id limit 1"
+        )
+        args = [row[k] for k in ("hardware_fingerprint", "model_fingerprint", "dtype", "workload", "settings", "created", "policy")]
+        with self._errors("read"):
+            found = list(self.db.query(sql, args))
+        return found[0]["id"] if found else None
+
+    def lookup(
+        self,
+        *,
+        hardware_fingerprint: str,
+        hardware_class: str,
+        model_fingerprint: str | dict[str, str],
+        dtype: str,
+        workload: str = "general",
+        profile_dirs: Iterable[str | Path] = (),
+        include_repo_profiles: bool = True,
+    ) -> tuple[Profile | None, str]:
+        """The best-matching profile and where it came from.
+
+        Order: exact (hardware fingerprint, model, dtype, workload) in the store, then in JSON
+        files; then the same model/dtype/workload on hardware of the same class, store then
+        files; within a tier the most recently created wins. Sources read like
+        ``store:exact:#12``, ``file:profiles/x.json:nearest-hardware`` or ``default`` (nothing
+        matched: the caller falls back to the curve default, see ``latest_curve``).
+
+        ``model_fingerprint`` is ``"name:config_hash"`` or the dict from
+        ``autolade.models.model_fingerprint(model)``.
+        """
+        model_fingerprint = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
+        sql = (
+            "select * from profiles where model_fingerprint = ? and dtype = ? and workload = ? "
+            "and {col} = ? order by created desc, id desc limit 1"
+        )
+        dirs = [*([repo_profiles_dir()] if include_repo_profiles else []), *profile_dirs]
+        files: list[tuple[Profile, str]] | None = None  # read only when the store has no match
+        for tier, column, value in (
+            ("exact", "hardware_fingerprint", hardware_fingerprint),
+            ("nearest-hardware", "hardware_class", hardware_class),
+        ):
+            with self._errors("read"):
+                rows = list(self.db.query(sql.format(col=column), [model_fingerprint, dtype, workload, value]))
+            if rows:
+                profile = _row_profile(rows[0])
+                return profile, f"store:{tier}:#{profile.id}"
+            if files is None:
+                files = list(_profile_files(dirs))
+            matches = [
+                (profile, label)
+                for profile, label in files
+                if profile.model_fingerprint == model_fingerprint
+                and profile.dtype == dtype
+                and profile.workload == workload
+                and getattr(profile, column) == value
+            ]
+            if matches:
+                profile, label = max(matches, key=lambda m: m[0].created)
+                return profile, f"file:{label}:{tier}"
+        return None, "default"
+
+    # -- step curves
+
+    def save_curve(
+        self,
+        curve: StepCurve,
+        *,
+        hardware_fingerprint: str,
+        hardware_class: str = "",
+        hardware_summary: str = "",
+        model_fingerprint: str | dict[str, str] | None = None,
+        model_name: str | None = None,
+        model_config_hash: str | None = None,
+        dtype: str | None = None,
+    ) -> int:
+        """Store a measured curve; returns its id. The model is ``model_fingerprint`` (the dict from
+        ``autolade.models.model_fingerprint`` or ``"name:hash"``) or ``model_name`` + ``model_config_hash``."""
+        if isinstance(model_fingerprint, dict):
+            model_name, model_config_hash = model_fingerprint["name"], model_fingerprint["config_hash"]
+            dtype = dtype or model_fingerprint.get("dtype")
+        elif isinstance(model_fingerprint, str):
+            model_name, _, model_config_hash = model_fingerprint.rpartition(":")
+        if not model_name or not model_config_hash:
+            raise ProfileError("save_curve needs model_fingerprint, or model_name and model_config_hash")
+        if dtype is not None and dtype != curve.dtype:
+            raise ProfileError(f"save_curve: dtype {dtype!r} differs from the curve's {curve.dtype!r}")
+        row = {
+            "hardware_fingerprint": hardware_fingerprint,
+            "hardware_class": hardware_class,
+            "hardware_summary": hardware_summary,
+            "model_name": model_name,
+            "model_config_hash": model_config_hash,
+            "model_fingerprint": model_key(model_name, model_config_hash),
+            "dtype": curve.dtype,
+            "curve": json.dumps(curve.to_dict(), allow_nan=False),
+            "created": now_iso(),
+            "autolade_version": autolade_version(),
+        }
+        with self._errors("save a curve to"), self._write():
+            return self.db["curves"].insert(row).last_pk
+
+    def latest_curve(self, *, hardware_fingerprint: str, model_fingerprint: str | dict[str, str], dtype: str) -> StepCurve | None:
+        """The most recent step curve for this hardware/model/dtype whose repeats agreed; else the most recent; else None."""
+        model_fingerprint = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
+        sql = (
+            "select curve from curves where hardware_fingerprint = ? and model_fingerprint = ? and dtype = ? "
+            "order by id desc limit 20"
+        )
+        with self._errors("read"):
+            rows = list(self.db.query(sql, [hardware_fingerprint, model_fingerprint, dtype]))
+        curves = [StepCurve.from_dict(json.loads(row["curve"])) for row in rows]
+        return next((c for c in curves if not c.noisy_points()), curves[0] if curves else None)
+
+    # -- internals
+
+    def _refuse_foreign(self, tables: list[str]) -> None:
+        if not tables:
+            return
+        foreign = "_migrations" not in tables
+        if not foreign:
+            columns = set(self.db["_migrations"].columns_dict)
+            foreign = columns != {"name", "applied"} or MIGRATIONS[0][0] not in applied_migrations(self.db)
+        if foreign:
+            shown = ", ".join(sorted(tables)[:8]) + (", ..." if len(tables) > 8 else "")
+            raise StoreError(
+                f"{self.path} is an SQLite database that autolade did not create (tables: {shown}); "
+                "autolade leaves it untouched. Point AUTOLADE_HOME at another directory, or move that file aside."
+            )
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """One write transaction that takes the write lock up front (waiting up to busy_timeout).
+
+        A deferred transaction that reads first can fail at once with SQLITE_BUSY in WAL mode
+        when another process commits in between; BEGIN IMMEDIATE waits instead.
+        """
+        with _immediate(self.db.conn):
+            yield
+
+    @contextlib.contextmanager
+    def _errors(self, action: str) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            message = str(exc)
+            if "locked" in message or "busy" in message:
+                raise StoreError(
+                    f"could not {action} {self.path}: the database is locked by another process "
+                    f"(waited {self.busy_timeout:g} s). Retry when the other autolade process is done."
+                ) from None
+            raise StoreError(f"could not {action} {self.path}: {message}") from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"could not {action} {self.path}: {exc} (the file is corrupt or not an autolade database). "
+                "autolade leaves it untouched: move it aside, or point AUTOLADE_HOME at another directory."
+            ) from None
+
+
+def _retry_locked(fn: Callable[[], None], *, timeout: float) -> None:
+    """Run fn, retrying while SQLite says locked/busy, up to ``timeout`` seconds.
+
+    Needed at open: ``PRAGMA journal_mode=wal`` (and a read during another process's WAL
+    setup) can fail at once with "database is locked" without waiting on the busy handler.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        try:
+            return fn()
+        except sqlite3.OperationalError as exc:
+            message = str(exc)
+            if ("locked" not in message and "busy" not in message) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
+def _refuse_non_sqlite(path: Path) -> None:
+    """A non-empty file without the SQLite header is refused before sqlite3 ever opens it."""
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not a profile database")
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise StoreError(f"cannot read profile database {path}: {exc}") from None
+    if head and head != SQLITE_HEADER:
+        raise StoreError(
+            f"{path} is not an SQLite database (corrupt, or another kind of file); autolade leaves it untouched. "
+            "Move it aside (e.g. mv it to a .bak name) or point AUTOLADE_HOME at another directory."
+        )
+
+
+# --- rows <-> profiles ----------------------------------------------------------------------
+
+
+def _profile_row(p: Profile) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "hardware_fingerprint": p.hardware_fingerprint,
+        "hardware_class": p.hardware_class,
+        "hardware_summary": p.hardware_summary,
+        "model_name": p.model_name,
+        "model_config_hash": p.model_config_hash,
+        "model_fingerprint": p.model_fingerprint,
+        "dtype": p.dtype,
+        "workload": p.workload,
+        "settings": json.dumps(p.settings.to_dict(), sort_keys=True),
+        "policy": json.dumps(p.policy, sort_keys=True) if p.policy is not None else None,
+        "speedup": p.speedup,
+        "tokens_per_s": p.tokens_per_s,
+        "baseline_tokens_per_s": p.baseline_tokens_per_s,
+        "prompt_set": p.prompt_set,
+        "created": p.created,
+        "autolade_version": p.autolade_version,
+        "step_curve": json.dumps(p.step_curve, allow_nan=False) if p.step_curve is not None else None,
+        "notes": p.notes,
+    }
+
+
+def _row_profile(row: dict[str, Any]) -> Profile:
+    try:
+        return Profile(
+            id=row["id"],
+            hardware_fingerprint=row["hardware_fingerprint"],
+            hardware_class=row["hardware_class"],
+            hardware_summary=row["hardware_summary"] or "",
+            model_name=row["model_name"],
+            model_config_hash=row["model_config_hash"],
+            dtype=row["dtype"],
+            workload=row["workload"],
+            settings=LookaheadConfig.from_dict(json.loads(row["settings"])),
+            policy=json.loads(row["policy"]) if row["policy"] is not None else None,
+            speedup=row["speedup"],
+            tokens_per_s=row["tokens_per_s"],
+            baseline_tokens_per_s=row["baseline_tokens_per_s"],
+            prompt_set=row["prompt_set"],
+            created=row["created"],
+            autolade_version=row["autolade_version"],
+            step_curve=json.loads(row["step_curve"]) if row["step_curve"] is not None else None,
+            notes=row["notes"] or "",
+        )
+    except (ProfileError, ValueError, TypeError) as exc:
+        raise StoreError(f"stored profile #{row.get('id')} is invalid: {exc}") from None
+
+
+# --- JSON files -----------------------------------------------------------------------------
+
+
+def _profile_files(dirs: Iterable[str | Path]) -> Iterator[tuple[Profile, str]]:
+    """Valid profiles from ``*.json`` in each dir, with a readable label. Invalid files warn and are skipped."""
+    seen: set[Path] = set()
+    for folder in dirs:
+        folder = Path(folder)
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.json")):
+            resolved = path.resolve()
+            if resolved in seen:
+                continue
+            seen.add(resolved)
+            label = _label(path)
+            try:
+                yield profile_from_json(path.read_text(encoding="utf-8"), source=label), label
+            except (OSError, UnicodeDecodeError, ProfileError) as exc:
+                warnings.warn(f"skipping profile file {label}: {exc}", stacklevel=3)
+
+
+def _label(path: Path) -> str:
+    """Path relative to the repo root (``profiles/x.json``) or the cwd where possible, else absolute."""
+    resolved = path.resolve()
+    for base in (repo_profiles_dir().parent, Path.cwd()):
+        try:
+            return str(resolved.relative_to(base.resolve()))
+        except ValueError:
+            continue
+    return str(resolved)
+
+
+def read_profile_file(path: str | Path) -> Profile:
+    """One JSON profile file, validated; ProfileError names the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read ({exc})") from None
+    return profile_from_json(text, source=str(path))

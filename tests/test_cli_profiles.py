@@ -1,0 +1,147 @@
+"""`autolade profile` and `autolade profiles ...` through click's CliRunner, in a temporary AUTOLADE_HOME."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from autolade.cli import cli
+from autolade.config import LookaheadConfig
+from autolade.store import Profile, ProfileStore, profile_to_json
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path / "home"
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def sample(**changes) -> Profile:
+    base = dict(
+        hardware_fingerprint="cpu:AMD-EPYC:t2:avx512_bf16",
+        hardware_class="cpu:AuthenticAMD:f26:avx512_bf16",
+        model_name="smollm2-135m",
+        model_config_hash="0123456789ab",
+        dtype="bfloat16",
+        workload="code",
+        settings=LookaheadConfig(window=2, ngram=3, guesses=2),
+        speedup=1.37,
+        tokens_per_s=33.5,
+        created="2026-01-02T03:04:05+00:00",
+    )
+    base.update(changes)
+    return Profile(**base)
+
+
+def test_list_show_export_rm(home, tmp_path):
+    assert "no profiles in" in run("profiles", "list").output
+    with ProfileStore() as store:
+        first = store.save(sample())
+        store.save(sample(workload="chat", speedup=1.05))
+    out = run("profiles", "list").output
+    assert "smollm2-135m" in out and "1.37x" in out and "2/3/2/10" in out and "chat" in out
+    assert "chat" not in run("profiles", "list", "--workload", "code").output
+
+    shown = run("profiles", "show", str(first))
+    assert shown.exit_code == 0 and f"profile #{first}" in shown.output and "W=2 N=3 G=2" in shown.output
+    as_json = json.loads(run("profiles", "show", str(first), "--json").output)
+    assert as_json["format"] == "autolade-profile"
+
+    target = tmp_path / "profiles" / "cpu-smollm2-code.json"
+    result = run("profiles", "export", str(first), "-o", str(target))
+    assert result.exit_code == 0 and target.exists()
+    assert json.loads(target.read_text())["measured"]["speedup"] == 1.37
+
+    assert run("profiles", "rm", str(first)).output.strip() == f"removed #{first}"
+    missing = run("profiles", "rm", str(first))
+    assert missing.exit_code == 1 and f"no profile #{first}" in missing.output and "Traceback" not in missing.output
+    assert run("profiles", "show", "999").exit_code == 1
+
+
+def test_import_validates_and_reports_each_file(home, tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(profile_to_json(sample()))
+    bad = json.loads(profile_to_json(sample()))
+    bad["settings"]["window"] = 10**6
+    bad_path = tmp_path / "bad.json"
+    bad_path.write_text(json.dumps(bad))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+
+    result = run("profiles", "import", str(good), str(bad_path), str(broken))
+    assert result.exit_code == 1
+    assert "good.json: imported as #1" in result.output
+    assert "bad.json" in result.output and "window=1000000" in result.output
+    assert "broken.json" in result.output and "not valid JSON" in result.output
+    assert "2 of 3 file(s) rejected" in result.output
+
+    again = run("profiles", "import", str(good))
+    assert again.exit_code == 0 and "already in the store as #1" in again.output
+    with ProfileStore() as store:
+        assert len(store.list()) == 1
+
+
+def test_corrupt_store_is_a_clean_error(home):
+    home.mkdir(parents=True)
+    db = home / "autolade.db"
+    db.write_bytes(b"garbage" * 100)
+    result = run("profiles", "list")
+    assert result.exit_code == 1 and "is not an SQLite database" in result.output and "Traceback" not in result.output
+    assert db.read_bytes() == b"garbage" * 100
+
+
+def tiny_model_dir(path):
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    LlamaForCausalLM(config).save_pretrained(path)
+    vocab = {"<unk>": 0, **{f"w{i}": i for i in range(1, 32)}}
+    raw = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    raw.pre_tokenizer = Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>").save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def one_thread():
+    # a tiny model is all op overhead; with 2 threads on a busy 2-core box each op can wait a scheduler tick
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_profile_command_on_a_tiny_model(home, tmp_path, one_thread):
+    model_dir = tiny_model_dir(tmp_path / "tiny-llama")
+    plot = tmp_path / "curve.png"
+    result = run("profile", "--model", str(model_dir), "--quick", "--plot", str(plot))
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "fingerprint cpu:" in out and "spare compute: k=" in out and "curve default:" in out
+    assert "step latency" in out and "saved step curve #1" in out
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    if not torch.cuda.is_available():
+        assert "NVML not available" in out
+    with ProfileStore() as store:
+        rows = list(store.db.query("select model_name, dtype from curves"))
+    assert rows == [{"model_name": "tiny-llama", "dtype": "float32"}]
