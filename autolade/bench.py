@@ -952,7 +952,7 @@ def write_chart(report: BenchReport, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     sets = list(report.sets)
     methods = [m.name for m in report.methods if m.kind != HF_GREEDY]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 + 0.5 * len(sets) * max(len(methods), 1)), 4.2), dpi=110)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 + 0.5 * len(sets) * max(len(methods), 1)) + 2.2, 4.2), dpi=110)
     width = 0.8 / max(len(methods), 1)
     for j, name in enumerate(methods):
         xs, ys, meds = [], [], []
@@ -977,7 +977,7 @@ def write_chart(report: BenchReport, path: str | Path) -> Path:
         f"{env.get('torch_threads')} threads, {report.settings['max_new_tokens']} new tokens",
         fontsize=9,
     )
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # outside: never over a bar
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
