@@ -5,8 +5,6 @@ else a built-in default."""
 from __future__ import annotations
 
 import re
-from typing import Any
-
 import torch
 
 from .config import LookaheadConfig
@@ -61,6 +59,3 @@ def resolve_profile(model: torch.nn.Module, *, workload: str | None = None) -> t
     config, policy = builtin_default(param.dtype, param.device.type)
     return config, "default (built-in; run `autolade tune` for this machine)", policy
 
-
-def describe_source(source: str, policy: dict[str, Any] | None) -> str:
-    return source + (f", policy {policy['name']}" if policy else "")
