@@ -43,7 +43,7 @@ import torch
 
 from .config import LookaheadConfig
 from .errors import ConfigError, InputError, WorkloadError
-from .prompts import Prompt, encode_prompt, load_workload
+from .prompts import Prompt, encode_prompt, load_workload, split_workload
 
 HF_GREEDY = "hf-greedy"
 HF_PLD = "hf-pld"
@@ -102,14 +102,20 @@ class BenchPrompt:
 
 
 def config_label(config: LookaheadConfig, policy: Any = None) -> str:
-    """Short table name: ``al greedy``, ``al lookup10``, ``al W4N4G4+L10``, ``... adaptive``."""
+    """Short table name: ``al greedy``, ``al lookup10``, ``al W4N4G4+L10``, ``... adaptive``; a lookup
+    length reads ``16x3s`` for 3 drafts (when not the default 2) scaled by match length."""
     if config.greedy_only:
-        label = "al greedy"
-    elif not config.lookahead:
-        label = f"al lookup{config.prompt_lookup}"
+        return "al greedy"
+    lookup = ""
+    if config.prompt_lookup:
+        lookup = str(config.prompt_lookup)
+        lookup += f"x{config.prompt_lookup_drafts}" if config.prompt_lookup_drafts != 2 else ""
+        lookup += "s" if config.prompt_lookup_scaled else ""
+    if not config.lookahead:
+        label = f"al lookup{lookup}"
     else:
         label = f"al W{config.window}N{config.ngram}G{config.guesses}"
-        label += f"+L{config.prompt_lookup}" if config.prompt_lookup else ""
+        label += f"+L{lookup}" if lookup else ""
     if isinstance(policy, str) and policy != "static":
         label += f" {Path(policy).stem}"
     elif isinstance(policy, dict):
@@ -123,6 +129,7 @@ _SPEC_ALIASES = {
     "lookup": "prompt_lookup",
     "pool": "pool_per_key",
     "seed": "seed_pool_from_prompt",
+    "scaled": "prompt_lookup_scaled",
 }
 
 
@@ -158,7 +165,7 @@ def parse_method(spec: str) -> tuple[LookaheadConfig, str | None]:
                 raise ConfigError(f"--config {spec!r}: policy= needs a name")
             policy = value
             continue
-        if key == "seed_pool_from_prompt":
+        if key in ("seed_pool_from_prompt", "prompt_lookup_scaled"):
             if value.lower() not in ("0", "1", "true", "false"):
                 raise ConfigError(f"--config {spec!r}: {key} must be true or false")
             kwargs[key] = value.lower() in ("1", "true")
@@ -241,14 +248,18 @@ def _typo(text: str) -> str:
     return text[: m.start()] + w[0] + w[2] + w[1] + w[3:] + text[m.end() :]
 
 
-def load_sets(names: Sequence[str], *, limit: int | None = None) -> dict[str, list[Prompt]]:
-    """Named prompt sets: ``chat``, ``code``, ``copy`` or workload files (see autolade.prompts)."""
+def load_sets(names: Sequence[str], *, limit: int | None = None, heldout: bool = False) -> dict[str, list[Prompt]]:
+    """Named prompt sets: ``chat``, ``code``, ``copy`` or workload files (see autolade.prompts).
+    ``heldout``: only the prompts ``autolade tune`` holds out (its default seed), never tuned on."""
     sets: dict[str, list[Prompt]] = {}
     for name in names:
         name = name.strip()
         if not name:
             continue
-        sets[name] = copy_workload(limit=limit) if name == COPY_SET else load_workload(name, limit=limit)
+        prompts = copy_workload() if name == COPY_SET else load_workload(name)
+        if heldout:
+            prompts = split_workload(prompts)[1]
+        sets[name] = prompts[:limit] if limit is not None else prompts
     if not sets:
         raise WorkloadError("no prompt sets given; e.g. --sets chat,code")
     return sets
@@ -1016,6 +1027,8 @@ def bench_main(
     prompts: int | None = 10,
     max_new_tokens: int = 128,
     configs: Sequence[str] = (),
+    profiles: Sequence[str] = (),
+    heldout: bool = False,
     baselines: str = "greedy,pld",
     warmup: int = 1,
     repeats: int = 1,
@@ -1033,7 +1046,7 @@ def bench_main(
         if threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    parsed = [parse_method(s) for s in configs] if configs else [(c, None) for c in default_configs().values()]
+    parsed = [parse_method(s) for s in configs] if configs or profiles else [(c, None) for c in default_configs().values()]
     named: dict[str, Any] = {}
     for c, pol in parsed:
         base = config_label(c, pol)
@@ -1041,10 +1054,16 @@ def bench_main(
         while label in named:
             label, n = f"{base}#{n}", n + 1
         named[label] = c if pol is None else (c, pol)
-    prompt_sets = load_sets(sets.split(","), limit=prompts)
+    prompt_sets = load_sets(sets.split(","), limit=prompts, heldout=heldout)
     lm, tok = load(model, dtype=dtype, device=device)
-    total = sum(len(v) for v in prompt_sets.values())
     say = progress or (lambda _msg: None)
+    for workload in profiles:
+        from .lookup import stored_profile
+
+        prof, source = stored_profile(lm, workload)
+        named[f"profile:{prof.workload}"] = (prof.settings, prof.policy)
+        say(f"profile:{prof.workload} = {config_label(prof.settings, prof.policy)} from {source}")
+    total = sum(len(v) for v in prompt_sets.values())
     seen: set[tuple[str, str]] = set()
 
     def on_result(run: Run) -> None:

@@ -113,6 +113,9 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
 @click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
 @click.option("--config", "-c", "configs", multiple=True, metavar="W,N,G[,LOOKUP]",
               help="autolade setting to time (repeatable), e.g. 0,0,0,0 (greedy through the loop), 0,4,0,10 (prompt lookup only), 4,4,4,10,drafts=1; default: a small built-in set")
+@click.option("--profile", "profiles", multiple=True, metavar="WORKLOAD",
+              help="also time the stored profile for this workload (repeatable), e.g. --profile code --profile chat")
+@click.option("--heldout", is_flag=True, help="only the prompts `autolade tune` holds out (never tuned on)")
 @click.option("--baselines", default="greedy,pld", show_default=True, help="HF methods: greedy (required, the reference), pld")
 @click.option("--warmup", type=int, default=1, show_default=True, help="untimed runs of every method on the first prompt")
 @click.option("--repeats", "-r", type=int, default=1, show_default=True, help="timed runs per prompt and method; the fastest is kept")
@@ -122,7 +125,8 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
 @click.option("--out", "-o", default="out/bench", show_default=True, help="writes OUT.json and OUT.png")
 @click.option("--quiet", "-q", is_flag=True, help="no per-prompt progress on stderr")
 @clean_errors
-def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, baselines, warmup, repeats, max_minutes, threads, device, out, quiet):
+def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, profiles, heldout, baselines, warmup, repeats,
+                  max_minutes, threads, device, out, quiet):
     """HF greedy vs HF prompt lookup vs autolade, interleaved prompt by prompt; table, JSON, PNG."""
     from .bench import COPY_SET, bench_main
 
@@ -130,7 +134,7 @@ def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, confi
         sets = f"{sets},{COPY_SET}"
     bench_main(
         model=model, dtype=dtype, sets=sets, prompts=n_prompts or None, max_new_tokens=max_new_tokens,
-        configs=configs, baselines=baselines, warmup=warmup, repeats=repeats, threads=threads, device=device, out=out,
+        configs=configs, profiles=profiles, heldout=heldout, baselines=baselines, warmup=warmup, repeats=repeats, threads=threads, device=device, out=out,
         max_seconds=None if max_minutes is None else 60 * max_minutes,
         echo=click.echo, progress=None if quiet else (lambda msg: click.echo(msg, err=True)),
     )
@@ -340,6 +344,9 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype)
     hardware = probe_hardware(quick=True)
+    recommended, why = hardware.recommended_dtype()
+    if why and recommended != dtype:
+        click.echo(f"note: {recommended} recommended on this machine ({why}); tuning {dtype} as asked", err=True)
     store = ProfileStore()
     fp = model_fingerprint(mdl)
     curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
@@ -353,15 +360,13 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
     res = run_tune(mdl, tok, model_name=fp["name"], workload=workload, options=opts, storage=storage,
                    study_name=name, store=store, hardware=hardware, curve=curve, compare_paper=not no_paper,
                    report_png=report_png, log=lambda m: click.echo(m, err=True))
-    c = res.best.config
     click.echo("")
     click.echo(f"{'setting':<34}{'held-out speedup':>18}")
     for cand, ratio in res.finalists:
         mark = " <- best" if cand is res.best else ""
         click.echo(f"{cand.label():<34}{ratio:>17.3f}x{mark}")
     click.echo("")
-    click.echo(f"best: W={c.window} N={c.ngram} G={c.guesses} lookup={c.prompt_lookup}x{c.prompt_lookup_drafts} "
-               f"policy={(res.best.policy or {'name': 'static'})['name']}")
+    click.echo(f"best: {res.best.label()}")
     click.echo(f"held-out: {res.speedup:.3f}x greedy (95% CI {res.ci[0]:.2f}-{res.ci[1]:.2f}), "
                f"{res.vs_pld:.3f}x HF prompt lookup, "
                f"{sum(res.holdout.tokens) / max(sum(res.holdout.steps), 1):.2f} tokens/step, "

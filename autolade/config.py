@@ -24,15 +24,18 @@ class LookaheadConfig:
     prompt_lookup: int = 10  # longest draft taken by suffix-matching the context (what HF PLD drafts); 0 = off
     prompt_lookup_ngram: int = 3  # longest suffix (tokens) matched for prompt lookup; shorter ones tried after
     prompt_lookup_drafts: int = 2  # distinct earlier occurrences drafted per step (they share a prefix tree)
+    # draft 2**m tokens after a suffix match of m tokens (capped by prompt_lookup): a longer context match
+    # earns a longer draft; off = every match drafts prompt_lookup tokens (what HF prompt lookup does)
+    prompt_lookup_scaled: bool = False
     pool_per_key: int | None = None  # pool cap per key token; None = max(guesses, 4), so G can grow at run time
     seed_pool_from_prompt: bool = True  # put the prompt's own n-grams in the pool before decoding
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "seed_pool_from_prompt":
+            if f.name in ("seed_pool_from_prompt", "prompt_lookup_scaled"):
                 if not isinstance(value, bool):
-                    raise ConfigError(f"seed_pool_from_prompt must be true or false, got {value!r}")
+                    raise ConfigError(f"{f.name} must be true or false, got {value!r}")
                 continue
             if value is None and f.name == "pool_per_key":
                 continue

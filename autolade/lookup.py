@@ -32,28 +32,56 @@ def infer_workload(text: str) -> str:
     return "code" if lines and hits >= max(2, len(lines) // 4) else "chat"
 
 
+class ProfileLookup:
+    """This model, dtype and machine, and the profile store to look them up in."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        from .hardware import probe_hardware
+        from .models import model_fingerprint
+        from .store import ProfileStore
+
+        param = next(model.parameters())
+        device = "cpu" if param.device.type == "cpu" else f"cuda:{param.device.index or 0}"
+        self.hardware = probe_hardware(device=device, measure=False)
+        self.fingerprint = model_fingerprint(model)
+        self.store = ProfileStore()
+
+    def find(self, workload: str):
+        """(profile or None, source): the store, then the shared JSON files in ``profiles/``; exact
+        hardware first, then the same hardware class."""
+        return self.store.lookup(
+            hardware_fingerprint=self.hardware.fingerprint, hardware_class=self.hardware.hardware_class,
+            model_fingerprint=self.fingerprint, dtype=self.fingerprint["dtype"], workload=workload,
+        )
+
+
+def stored_profile(model: torch.nn.Module, workload: str):
+    """(profile, source) for exactly this workload; a ``ConfigError`` that names the fix if there is none."""
+    from .errors import ConfigError
+    from .tune import workload_tag
+
+    tag = workload_tag(workload)
+    prof, source = ProfileLookup(model).find(tag)
+    if prof is None:
+        raise ConfigError(f"no {tag!r} profile for this model, dtype and machine: run "
+                          f"`autolade tune --workload {workload}` or import one (`autolade profiles import FILE`)")
+    return prof, source
+
+
 def resolve_profile(model: torch.nn.Module, *, workload: str | None = None) -> tuple[LookaheadConfig, str, dict | None]:
     """(config, source, policy spec) for this model on this machine."""
     from .curve import default_settings
-    from .hardware import probe_hardware
-    from .models import model_fingerprint
-    from .store import ProfileStore
 
-    param = next(model.parameters())
-    device = "cpu" if param.device.type == "cpu" else f"cuda:{param.device.index or 0}"
-    hardware = probe_hardware(device=device, measure=False)
-    fp = model_fingerprint(model)
-    store = ProfileStore()
+    here = ProfileLookup(model)
     # the named workload first; a profile of another workload on this machine beats a blind default
     for tag in [workload] * bool(workload) + [t for t in WORKLOAD_ORDER if t != workload]:
-        prof, source = store.lookup(
-            hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
-            model_fingerprint=fp, dtype=fp["dtype"], workload=tag,
-        )
+        prof, source = here.find(tag)
         if prof is not None:
             note = "" if tag == workload or not workload else f", no {workload!r} profile"
             return prof.settings, f"{source} ({tag}{note})", prof.policy
-    curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    fp = here.fingerprint
+    curve = here.store.latest_curve(hardware_fingerprint=here.hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    param = next(model.parameters())
     if curve is not None:
         return default_settings(curve), "default (from this machine's step-latency curve)", None
     config, policy = builtin_default(param.dtype, param.device.type)

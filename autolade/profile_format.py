@@ -99,7 +99,8 @@ class Profile:
             f"  hardware:  {self.hardware_fingerprint}  (class {self.hardware_class})",
             f"  model:     {self.model_name}  config {self.model_config_hash}  {self.dtype}",
             f"  workload:  {self.workload}" + (f"  prompts {self.prompt_set}" if self.prompt_set else ""),
-            f"  settings:  W={s.window} N={s.ngram} G={s.guesses} prompt_lookup={s.prompt_lookup}x{s.prompt_lookup_drafts}",
+            f"  settings:  W={s.window} N={s.ngram} G={s.guesses} prompt_lookup={s.prompt_lookup}x{s.prompt_lookup_drafts}"
+            + (" scaled by match length" if s.prompt_lookup_scaled else ""),
         ]
         if self.policy:
             lines.append(f"  policy:    {json.dumps(self.policy, sort_keys=True)}")

@@ -92,8 +92,11 @@ def load_workload(name_or_path: str, *, limit: int | None = None) -> list[Prompt
     return prompts[:limit] if limit is not None else prompts
 
 
+HOLDOUT_FRACTION = 0.3  # share of a workload `autolade tune` never tunes on (its held-out split)
+
+
 def split_workload(
-    prompts: Iterable[Prompt], *, holdout_fraction: float = 0.3, seed: int = 0
+    prompts: Iterable[Prompt], *, holdout_fraction: float = HOLDOUT_FRACTION, seed: int = 0
 ) -> tuple[list[Prompt], list[Prompt]]:
     """Split into ``(tune, holdout)``, deterministically for a given seed.
 

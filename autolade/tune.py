@@ -69,7 +69,11 @@ class Candidate:
     def label(self) -> str:
         c = self.config
         pol = (self.policy or {"name": "static"})["name"]
-        return f"W={c.window} N={c.ngram} G={c.guesses} L={c.prompt_lookup}x{c.prompt_lookup_drafts} {pol}"
+        if c.greedy_only:
+            return "greedy"
+        window = f"W={c.window} N={c.ngram} G={c.guesses} " if c.lookahead and pol != "lookup" else ""
+        lookup = f"L={c.prompt_lookup}x{c.prompt_lookup_drafts}{'s' if c.prompt_lookup_scaled else ''}" if c.prompt_lookup else "L=0"
+        return f"{window}{lookup} {pol}"
 
 
 @dataclass
@@ -206,8 +210,10 @@ def suggest(trial, opts: TuneOptions, max_window: int) -> Candidate:
     guesses = trial.suggest_int("guesses", 0, max_window) if window else 0
     lookup = trial.suggest_categorical("prompt_lookup", [0, 4, 6, 8, 10, 12, 16])
     drafts = trial.suggest_int("prompt_lookup_drafts", 1, 3) if lookup else 1
+    scaled = trial.suggest_categorical("prompt_lookup_scaled", [False, True]) if lookup else False
     config = LookaheadConfig(window=window, ngram=ngram, guesses=guesses, prompt_lookup=lookup,
-                             prompt_lookup_drafts=drafts)
+                             prompt_lookup_drafts=drafts, prompt_lookup_scaled=scaled,
+                             prompt_lookup_ngram=4 if scaled else 3)  # scaled: matches of 1..4 tokens draft 2..16
     policy = None
     if opts.search_policy and not config.greedy_only:
         name = trial.suggest_categorical("policy", ["static", "adaptive", "lookup"])
@@ -231,7 +237,11 @@ def candidate_from_params(params: dict[str, Any], opts: TuneOptions) -> Candidat
         def suggest_int(self, name, lo, hi):
             return params[name]
 
-        suggest_float = suggest_categorical = lambda self, name, *a: params[name]  # noqa: E731
+        def suggest_float(self, name, lo, hi):
+            return params[name]
+
+        def suggest_categorical(self, name, choices):
+            return params.get(name, choices[0])  # a parameter added after the trial ran: its first choice
 
     return suggest(Fixed(), opts, max(params.get("window", 0), params.get("max_window", 0), params.get("guesses", 0), 1))
 
@@ -241,7 +251,8 @@ def warm_starts(curve, best_existing: dict | None, max_window: int) -> list[dict
     to this machine's spare compute (k within 1.25x of c(1))."""
     starts: list[dict[str, Any]] = [
         {"window": 0, "prompt_lookup": 0},
-        {"window": 0, "prompt_lookup": 10, "prompt_lookup_drafts": 1, "policy": "static"},
+        {"window": 0, "prompt_lookup": 10, "prompt_lookup_drafts": 1, "prompt_lookup_scaled": False, "policy": "static"},
+        {"window": 0, "prompt_lookup": 16, "prompt_lookup_drafts": 3, "prompt_lookup_scaled": True, "policy": "static"},
     ]
     if curve is not None:
         spare = max(curve.spare_compute(), 1)
@@ -249,7 +260,7 @@ def warm_starts(curve, best_existing: dict | None, max_window: int) -> list[dict
         n = PAPER_A100_7B["ngram"] if spare >= 17 else 3
         w = max(1, min(max_window, (spare - 1) // (2 * (n - 1)) or 1))
         starts.append({"window": w, "ngram": n, "guesses": w, "prompt_lookup": 10, "prompt_lookup_drafts": 1,
-                       "policy": "static"})
+                       "prompt_lookup_scaled": False, "policy": "static"})
     if best_existing:
         starts.insert(0, best_existing)
     return starts
@@ -282,13 +293,13 @@ def tune(
     from .api import _eos_ids
     from .models import dtype_name, model_fingerprint
     from .paths import user_dir
-    from .prompts import encode_prompt, load_workload, split_workload
+    from .prompts import HOLDOUT_FRACTION, encode_prompt, load_workload, split_workload
 
     opts = options or TuneOptions()
     dtype = dtype_name(next(model.parameters()).dtype)
     tag = workload_tag(workload)
     prompts = load_workload(workload)
-    tune_split, hold_split = split_workload(prompts, holdout_fraction=0.3, seed=opts.seed)
+    tune_split, hold_split = split_workload(prompts, holdout_fraction=HOLDOUT_FRACTION, seed=opts.seed)
     if not tune_split or not hold_split:
         raise ConfigError(f"workload {workload!r} needs at least 2 prompts (one to tune on, one held out)")
     enc = lambda ps: [encode_prompt(tokenizer, p.text, kind=p.kind) for p in ps]  # noqa: E731
@@ -410,6 +421,7 @@ def _params_of(config: LookaheadConfig, policy: dict | None) -> dict[str, Any]:
         params.update(ngram=config.ngram, guesses=config.guesses)
     if config.prompt_lookup:
         params["prompt_lookup_drafts"] = config.prompt_lookup_drafts
+        params["prompt_lookup_scaled"] = config.prompt_lookup_scaled
     if not config.greedy_only:
         params["policy"] = (policy or {"name": "static"})["name"]
     return params

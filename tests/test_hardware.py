@@ -141,6 +141,19 @@ def test_gpu_fingerprint_and_class():
     assert sliced.fingerprint != hw.fingerprint and sliced.hardware_class == hw.hardware_class
 
 
+def test_recommended_dtype_says_why_and_needs_a_measurement():
+    assert cpu_profile().recommended_dtype() == ("float32", None)  # bf16 not measured: nothing to recommend
+    dtype, why = cpu_profile(cpu_fp32_flops=1.9e11, cpu_bf16_flops=5.0e11).recommended_dtype()
+    assert dtype == "bfloat16" and "2.6x fp32" in why and "--dtype bfloat16" in why
+    assert "bfloat16 recommended" in cpu_profile(cpu_fp32_flops=1.9e11, cpu_bf16_flops=5.0e11).summary()
+    dtype, why = cpu_profile(cpu_fp32_flops=1.9e11, cpu_bf16_flops=2.0e11).recommended_dtype()
+    assert dtype == "float32" and "1.1x" in why
+    ampere = GpuInfo(index=0, name="NVIDIA A100", compute_capability=(8, 0))
+    volta = GpuInfo(index=0, name="Tesla V100", compute_capability=(7, 0))
+    assert cpu_profile(device="cuda:0", gpus=(ampere,)).recommended_dtype()[0] == "bfloat16"
+    assert cpu_profile(device="cuda:0", gpus=(volta,)).recommended_dtype()[0] == "float16"
+
+
 def test_gpu_derived_figures_are_estimates():
     flops, source = gpu_peak_flops(name="NVIDIA H100 80GB HBM3", sm_count=132, sm_clock_mhz=1980, compute_capability=(9, 0))
     assert flops == 989e12 and "spec table" in source

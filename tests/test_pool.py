@@ -37,3 +37,18 @@ def test_suffix_index_falls_back_to_shorter_suffix_and_incremental():
     idx.extend([2])
     assert idx.drafts(max_len=4, max_drafts=2) == [(3, 4, 2)]  # only the 1-gram (2) matches
     assert idx.drafts(max_len=0, max_drafts=2) == []
+
+
+def test_suffix_index_scaled_draft_length_follows_match_length():
+    idx = SuffixIndex(max_ngram=4)
+    seq = [1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24]
+    context = seq + [1, 2, 3, 4]
+    idx.extend(context)
+    # a 4-token match earns 2**4 = 16 tokens, capped by max_len
+    assert idx.drafts(max_len=32, max_drafts=1, scaled=True) == [tuple(context[4:20])]
+    assert idx.drafts(max_len=5, max_drafts=1, scaled=True) == [tuple(context[4:9])]
+    assert idx.drafts(max_len=32, max_drafts=1) == [tuple(context[4:])]  # unscaled: as long as max_len allows
+    idx.extend([99, 24])
+    # only the 1-token suffix (24) occurred before (followed by 1 2 3 4 99 24): 2**1 = 2 tokens
+    assert idx.drafts(max_len=32, max_drafts=1, scaled=True) == [(1, 2)]
+    assert len(idx.drafts(max_len=32, max_drafts=1)[0]) == 6  # unscaled: everything after the earlier 24

@@ -105,7 +105,8 @@ class Drafter:
         last = self.index.tokens[-1]
         tree = DraftTree(last)
         if plan.draft_len:
-            for draft in self.index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts):
+            for draft in self.index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts,
+                                           scaled=self.config.prompt_lookup_scaled):
                 tree.add(draft)
         lookup_nodes = len(tree)
         if self.pool is not None and plan.guesses:

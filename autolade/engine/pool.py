@@ -60,7 +60,10 @@ class SuffixIndex:
     """Where each m-gram (m = 1..max_ngram) of the sequence ended, for prompt-lookup drafts.
 
     ``extend`` is incremental (O(max_ngram) per token); ``drafts`` finds the longest suffix of the
-    sequence that occurred before and returns what followed it, most recent occurrence first.
+    sequence that occurred before and returns what followed it, most recent occurrence first. With
+    ``scaled`` a match of m tokens drafts at most 2**m tokens: a one-token match is a weak hint, a
+    four-token match usually a repeated line (measured on HumanEval and MT-Bench greedy outputs:
+    fewer packed tokens per accepted token than a fixed length).
     """
 
     def __init__(self, *, max_ngram: int) -> None:
@@ -76,7 +79,7 @@ class SuffixIndex:
             for m in range(1, min(self.max_ngram, end) + 1):
                 self._ends[m].setdefault(tuple(toks[end - m : end]), []).append(end)
 
-    def drafts(self, *, max_len: int, max_drafts: int) -> list[tuple[int, ...]]:
+    def drafts(self, *, max_len: int, max_drafts: int, scaled: bool = False) -> list[tuple[int, ...]]:
         toks = self.tokens
         n = len(toks)
         if max_len <= 0 or max_drafts <= 0 or n < 2:
@@ -86,8 +89,9 @@ class SuffixIndex:
             if not ends or len(ends) < 2:  # the suffix itself is always the last entry
                 continue
             out: list[tuple[int, ...]] = []
+            length = min(max_len, 2**m) if scaled else max_len
             for end in reversed(ends[:-1]):
-                cont = tuple(toks[end : end + max_len])
+                cont = tuple(toks[end : end + length])
                 if cont and all(cont[: len(o)] != o[: len(cont)] for o in out):
                     out.append(cont)
                     if len(out) == max_drafts:

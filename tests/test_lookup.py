@@ -1,0 +1,57 @@
+"""Settings resolution: stored profiles by workload, the clear error when one is missing, held-out sets."""
+
+from __future__ import annotations
+
+import pytest
+
+from autolade.bench import load_sets
+from autolade.config import LookaheadConfig
+from autolade.errors import ConfigError
+from autolade.lookup import ProfileLookup, resolve_profile, stored_profile
+from autolade.models import model_fingerprint
+from autolade.profile_format import Profile
+from autolade.prompts import load_workload, split_workload
+
+from tiny import tiny_llama
+
+
+@pytest.fixture
+def llama(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
+    return tiny_llama()
+
+
+def save_profile(model, workload: str, settings: LookaheadConfig, policy: dict | None) -> int:
+    here = ProfileLookup(model)
+    fp = model_fingerprint(model)
+    prof = Profile(
+        hardware_fingerprint=here.hardware.fingerprint, hardware_class=here.hardware.hardware_class,
+        hardware_summary="test", model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=fp["dtype"],
+        workload=workload, settings=settings, policy=policy, speedup=1.2, tokens_per_s=12.0,
+        baseline_tokens_per_s=10.0, prompt_set=f"{workload}[held-out 3]",
+    )
+    return here.store.save(prof)
+
+
+def test_stored_profile_by_workload_and_missing_one_names_the_fix(llama):
+    with pytest.raises(ConfigError, match="autolade tune --workload code"):
+        stored_profile(llama, "code")
+    code = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_scaled=True,
+                           prompt_lookup_ngram=4)
+    pid = save_profile(llama, "code", code, {"name": "lookup"})
+    prof, source = stored_profile(llama, "humaneval")  # the built-in workload's other name
+    assert prof.settings == code and prof.policy == {"name": "lookup"} and source == f"store:exact:#{pid}"
+    with pytest.raises(ConfigError, match="'chat' profile"):
+        stored_profile(llama, "chat")
+    # generate() with no settings: the named workload, else another workload's profile, and says which
+    config, source, policy = resolve_profile(llama, workload="chat")
+    assert config == code and "no 'chat' profile" in source
+
+
+def test_heldout_sets_are_the_tuners_holdout_split():
+    held = load_sets(["code"], heldout=True)["code"]
+    tune_split, hold_split = split_workload(load_workload("code"))
+    assert [p.id for p in held] == [p.id for p in hold_split]
+    assert not {p.id for p in held} & {p.id for p in tune_split}
+    assert len(held) == round(0.3 * 164)
+    assert [p.id for p in load_sets(["code"], heldout=True, limit=4)["code"]] == [p.id for p in hold_split[:4]]
