@@ -40,6 +40,7 @@ class StepOutcome:
     accepted_from: str  # "none", "lookup" (prompt-lookup draft) or "pool" (a pool n-gram or its extension)
     step_s: float  # wall time of the whole step
     forward_s: float  # wall time of the model forward alone
+    longest_draft: int = 0  # tokens in the longest prompt-lookup draft packed (0 = none)
 
 
 class Policy(Protocol):
@@ -76,14 +77,16 @@ class StaticPolicy:
 
 class DraftLength:
     """Prompt-lookup draft length, as transformers' assisted generation adapts it: +2 after a fully
-    accepted draft, -1 after a partly rejected one, within [low, high]."""
+    accepted draft, -1 after a partly rejected one, within [low, high]. Only steps whose longest
+    draft hit the cap count: a draft cut short by the context's end or by a short match (scaled
+    drafts) says nothing about the cap."""
 
     def __init__(self, *, start: int, low: int, high: int) -> None:
         self.low, self.high = low, high
         self.value = min(max(start, low), high)
 
     def update(self, outcome: StepOutcome) -> None:
-        if outcome.lookup_nodes == 0:
+        if outcome.lookup_nodes == 0 or outcome.longest_draft < outcome.plan.draft_len:
             return
         if outcome.accepted_from == "lookup" and outcome.accepted >= outcome.plan.draft_len:
             self.value = min(self.value + 2, self.high)

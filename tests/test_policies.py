@@ -5,14 +5,33 @@ from autolade.errors import ConfigError
 from autolade.policies import (
     AdaptiveParams,
     AdaptivePolicy,
+    DraftLength,
     StaticPolicy,
+    StepPlan,
     StepOutcome,
     make_policy,
 )
 
 
-def outcome(plan, *, packed, accepted=0, source="none", lookup=0, pool=0, window=0, ms=10.0):
-    return StepOutcome(plan, packed, lookup, pool, window, accepted, source, ms / 1e3, ms / 1e3)
+def outcome(plan, *, packed, accepted=0, source="none", lookup=0, pool=0, window=0, ms=10.0, longest=0):
+    return StepOutcome(plan, packed, lookup, pool, window, accepted, source, ms / 1e3, ms / 1e3, longest)
+
+
+def test_draft_length_learns_only_from_drafts_that_hit_the_cap():
+    length = DraftLength(start=8, low=2, high=12)
+    plan = StepPlan(window=0, guesses=0, draft_len=8, drafts=1)
+    length.update(outcome(plan, packed=9, accepted=8, source="lookup", lookup=8, longest=8))  # all accepted: +2
+    assert length.value == 10
+    plan = StepPlan(window=0, guesses=0, draft_len=10, drafts=1)
+    length.update(outcome(plan, packed=3, accepted=0, lookup=2, longest=2))  # a short (scaled) draft: no signal
+    assert length.value == 10
+    length.update(outcome(plan, packed=11, accepted=3, source="lookup", lookup=10, longest=10))  # cut short: -1
+    assert length.value == 9
+    length.update(outcome(plan, packed=1))  # nothing drafted
+    assert length.value == 9
+    for _ in range(20):
+        length.update(outcome(plan, packed=11, accepted=10, source="lookup", lookup=10, longest=10))
+    assert length.value == 12  # capped at high
 
 
 def test_static_plan_follows_config():

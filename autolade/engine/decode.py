@@ -100,19 +100,22 @@ class Drafter:
                 self.pool.seed(prompt, n=config.ngram)
             self.window = JacobiWindow(width=config.window, levels=config.levels, seed_tokens=prompt)
 
-    def tree(self, plan: StepPlan) -> tuple[DraftTree, int]:
-        """The draft tree for this step, and how many of its nodes (root included) came from prompt lookup."""
+    def tree(self, plan: StepPlan) -> tuple[DraftTree, int, int]:
+        """The draft tree for this step, how many of its nodes (root included) came from prompt lookup,
+        and the longest prompt-lookup draft."""
         last = self.index.tokens[-1]
         tree = DraftTree(last)
+        longest = 0
         if plan.draft_len:
             for draft in self.index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts,
                                            scaled=self.config.prompt_lookup_scaled):
                 tree.add(draft)
+                longest = max(longest, len(draft))
         lookup_nodes = len(tree)
         if self.pool is not None and plan.guesses:
             for gram in self.pool.get(last, plan.guesses):
                 tree.add(gram)
-        return tree, lookup_nodes
+        return tree, lookup_nodes, longest
 
     def window_rows(self, plan: StepPlan) -> list[list[int]] | None:
         if self.window is None or plan.window <= 0:
@@ -151,7 +154,7 @@ def lookahead_step(
     """One packed forward: verify the draft tree, advance the window, keep the accepted KV rows."""
     t0 = time.perf_counter()
     base = cache.length  # = position of the last accepted token, which is not in the cache yet
-    tree, n_lookup = drafter.tree(plan)
+    tree, n_lookup, longest_draft = drafter.tree(plan)
     rows = drafter.window_rows(plan)
     if len(tree) == 1 and rows is None:
         tf = time.perf_counter()
@@ -179,6 +182,7 @@ def lookahead_step(
         accepted_from=source,
         step_s=time.perf_counter() - t0,
         forward_s=forward_s,
+        longest_draft=longest_draft,
     )
     return new, outcome
 
