@@ -28,7 +28,8 @@ class GenerateStats:
     tokens_per_s: float
     prefill_ms: float
     forward_ms: float  # model forwards of the decode steps
-    overhead_ms: float  # autolade's own work in the decode steps (drafting, masks, verify, cache)
+    overhead_ms: float  # autolade's own work per decode step (drafting, masks, verify, cache, policy)
+    policy_ms: float  # of that, the runtime policy's plan() and update() calls
     stop_reason: str  # "eos", "max_new_tokens" or "stop"
     settings: dict[str, Any]  # the LookaheadConfig used
     settings_source: str  # "explicit", "default", or the profile it came from
@@ -42,7 +43,7 @@ class GenerateStats:
         return (
             f"{self.new_tokens} tokens in {self.steps} steps ({self.tokens_per_step:.2f} tokens/step), "
             f"{self.tokens_per_s:.1f} tok/s, {self.wall_s:.2f} s; forward {self.forward_ms:.0f} ms, "
-            f"autolade overhead {self.overhead_ms:.0f} ms; settings W={self.settings['window']} "
+            f"autolade overhead {self.overhead_ms:.0f} ms, policy {self.policy_ms:.1f} ms; settings W={self.settings['window']} "
             f"N={self.settings['ngram']} G={self.settings['guesses']} "
             f"lookup={self.settings['prompt_lookup']} ({self.settings_source}), policy {self.policy}"
         )
@@ -214,7 +215,8 @@ def _stats(log: DecodeLog, n_new: int, wall: float, config: LookaheadConfig, sou
         tokens_per_s=n_new / wall if wall > 0 else 0.0,
         prefill_ms=log.prefill_ms,
         forward_ms=forward,
-        overhead_ms=step_total - forward,
+        overhead_ms=step_total - forward + log.policy_ms,
+        policy_ms=log.policy_ms,
         stop_reason=log.stop_reason,
         settings=config.to_dict(),
         settings_source=source,

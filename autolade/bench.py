@@ -320,6 +320,7 @@ class Run:
     prefill_ms: float | None = None  # this and the next two: autolade only (its own timers)
     forward_ms: float | None = None
     overhead_ms: float | None = None
+    policy_ms: float | None = None  # the part of overhead_ms spent in the runtime policy
     stop_reason: str | None = None
     tokens: list[int] | None = None  # kept for HF greedy and for diverged outputs
     times_s: list[float] | None = None  # every timed repeat (time_s is the fastest)
@@ -351,6 +352,7 @@ class Summary:
     prefill_ms: float | None = None
     forward_ms: float | None = None
     overhead_ms: float | None = None
+    policy_ms: float | None = None
     other_ms: float | None = None  # wall - prefill - step forwards - step overhead (API, commits, stops)
     cpu_share: float | None = None  # time-weighted CPU share of this method's runs (1.0 = had the cores)
 
@@ -694,6 +696,7 @@ def _score_prompt(model, tokenizer, set_name, pid, ids, methods, order, outputs,
             run.prefill_ms = stats.prefill_ms
             run.forward_ms = stats.forward_ms
             run.overhead_ms = stats.overhead_ms
+            run.policy_ms = stats.policy_ms
             run.stop_reason = stats.stop_reason
             if keep_per_step:
                 run.per_step = stats.per_step
@@ -765,6 +768,7 @@ def _summarise(set_name: str, method: Method, runs: list[Run]) -> Summary:
         summary.prefill_ms = sum(r.prefill_ms or 0.0 for r in stepped)
         summary.forward_ms = sum(r.forward_ms or 0.0 for r in stepped)
         summary.overhead_ms = sum(r.overhead_ms or 0.0 for r in stepped)
+        summary.policy_ms = sum(r.policy_ms or 0.0 for r in stepped)
         summary.other_ms = sum(r.time_s for r in stepped) * 1e3 - summary.prefill_ms - summary.forward_ms - summary.overhead_ms
     return summary
 
@@ -1039,7 +1043,9 @@ def bench_main(
     echo: Callable[[str], None] = print,
     progress: Callable[[str], None] | None = None,
 ) -> BenchReport:
-    """Load, run, print the table, write ``out.json`` and ``out.png``; what the CLI calls."""
+    """Load, run, print the table, write ``out.json`` and ``out.png``; what the CLI calls.
+    ``profiles``: workloads whose stored profile (this machine, model, dtype) is timed too."""
+    from .lookup import stored_profile
     from .models import load
 
     if threads is not None:
@@ -1058,8 +1064,6 @@ def bench_main(
     lm, tok = load(model, dtype=dtype, device=device)
     say = progress or (lambda _msg: None)
     for workload in profiles:
-        from .lookup import stored_profile
-
         prof, source = stored_profile(lm, workload)
         named[f"profile:{prof.workload}"] = (prof.settings, prof.policy)
         say(f"profile:{prof.workload} = {config_label(prof.settings, prof.policy)} from {source}")

@@ -89,6 +89,8 @@ def test_policy_by_name_and_stats_record_it(llama):
     res = generate(llama, repetitive_prompt(seed=2), max_new_tokens=30, config=LookaheadConfig(), policy="adaptive")
     assert res.stats.policy == "adaptive"
     assert len(res.stats.per_step["window"]) == res.stats.steps
+    assert 0 < res.stats.policy_ms <= res.stats.overhead_ms  # the policy's calls are timed, inside the overhead
+    assert f"policy {res.stats.policy_ms:.1f} ms" in res.stats.summary()
     with pytest.raises(ConfigError, match="unknown policy"):
         generate(llama, repetitive_prompt(), max_new_tokens=4, config=LookaheadConfig(), policy="fastest")
 

@@ -38,6 +38,7 @@ class DecodeLog:
 
     steps: list[StepRecord] = field(default_factory=list)
     prefill_ms: float = 0.0
+    policy_ms: float = 0.0  # in policy.plan() and policy.update(), all steps
     stop_reason: str = ""
 
 
@@ -245,9 +246,13 @@ def lookahead_decode(
             return out, log
         done = commit([first])
         while not done:
+            tp = time.perf_counter()
             plan = policy.plan()
+            tp = time.perf_counter() - tp
             new, outcome = lookahead_step(runner, cache, layout, drafter, plan, verifier)
+            tu = time.perf_counter()
             policy.update(outcome)
+            log.policy_ms += (tp + time.perf_counter() - tu) * 1e3
             log.steps.append(
                 StepRecord(
                     window=plan.window if drafter.window is not None else 0,
