@@ -246,6 +246,17 @@ def candidate_from_params(params: dict[str, Any], opts: TuneOptions) -> Candidat
     return suggest(Fixed(), opts, max(params.get("window", 0), params.get("max_window", 0), params.get("guesses", 0), 1))
 
 
+def pick_finalists(ranked: Sequence[dict[str, Any]], opts: TuneOptions) -> list[Candidate]:
+    """The best ``opts.finalists`` distinct behaviours among trial params ranked best first (trials of the
+    lookup policy that differ only in the W/N/G it ignores are one behaviour)."""
+    out: list[Candidate] = []
+    for params in ranked:
+        cand = candidate_from_params(params, opts)
+        if len(out) < opts.finalists and cand.label() not in {c.label() for c in out}:
+            out.append(cand)
+    return out
+
+
 def warm_starts(curve, best_existing: dict | None, max_window: int) -> list[dict[str, Any]]:
     """Trials to run first: greedy, prompt lookup alone, the stored best, and the paper's table scaled
     to this machine's spare compute (k within 1.25x of c(1))."""
@@ -360,7 +371,7 @@ def tune(
                   key=lambda t: t.value, reverse=True)
     if not done:
         raise ConfigError(f"study {study_name!r} has no completed trial yet: run more trials")
-    finalists = [candidate_from_params(t.params, opts) for t in done[: opts.finalists]]
+    finalists = pick_finalists([t.params for t in done], opts)
     greedy = Candidate(LookaheadConfig(window=0, guesses=0, prompt_lookup=0), None)
     if not any(c.config.greedy_only for c in finalists):
         finalists.append(greedy)
@@ -465,11 +476,14 @@ def plot_study(study, path: str | Path) -> Path:
     a.axhline(1.0, color="k", lw=0.8, ls="--")
     a.set(xlabel="trial", ylabel="speedup vs greedy (tuning prompts)", title=study.study_name[:60])
     a.legend(fontsize=8)
-    ws = sorted({t.params.get("window", 0) for t in trials})
-    ns = sorted({t.params.get("ngram", 0) for t in trials if t.params.get("window", 0)}) or [0]
+    def window(t) -> int:  # the lookup policy runs no window, whatever W the trial drew
+        return 0 if t.params.get("policy") == "lookup" else t.params.get("window", 0)
+
+    ws = sorted({window(t) for t in trials})
+    ns = sorted({t.params.get("ngram", 0) for t in trials if window(t)}) or [0]
     grid = np.full((len(ns), len(ws)), np.nan)
     for t in trials:
-        w, n = t.params.get("window", 0), t.params.get("ngram", ns[0]) if t.params.get("window", 0) else ns[0]
+        w, n = window(t), t.params.get("ngram", ns[0]) if window(t) else ns[0]
         i, j = ns.index(n) if n in ns else 0, ws.index(w)
         grid[i, j] = t.value if math.isnan(grid[i, j]) else max(grid[i, j], t.value)
     im = b.imshow(grid, origin="lower", cmap="viridis", aspect="auto")

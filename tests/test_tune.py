@@ -19,6 +19,7 @@ from autolade.tune import (
     TuneOptions,
     bootstrap_ci,
     candidate_from_params,
+    pick_finalists,
     suggest,
     tune,
     workload_tag,
@@ -98,6 +99,18 @@ def test_search_space_round_trips_and_options_validate():
         TuneOptions(trials=0)
     with pytest.raises(ConfigError, match="budget"):
         TuneOptions(budget_s=-1)
+
+
+def test_finalists_are_distinct_behaviours_and_old_trials_still_load():
+    lookup = {"window": 3, "ngram": 4, "guesses": 2, "prompt_lookup": 8, "prompt_lookup_drafts": 2,
+              "prompt_lookup_scaled": False, "policy": "lookup"}
+    ranked = [lookup, {**lookup, "window": 5, "ngram": 2}, {"window": 0, "prompt_lookup": 0},
+              {**lookup, "prompt_lookup_scaled": True}]
+    picked = pick_finalists(ranked, TuneOptions(finalists=3))
+    # the 2nd differs only in the W/N the lookup policy ignores: it is the 1st again, so the 4th gets in
+    assert [c.label() for c in picked] == ["L=8x2 lookup", "greedy", "L=8x2s lookup"]
+    old = {k: v for k, v in lookup.items() if k != "prompt_lookup_scaled"}  # a study from before scaled drafts
+    assert candidate_from_params(old, TuneOptions()).config.prompt_lookup_scaled is False
 
 
 def test_bootstrap_ci_brackets_the_ratio():
