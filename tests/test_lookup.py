@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from autolade.bench import load_sets
 from autolade.config import LookaheadConfig
 from autolade.errors import ConfigError
-from autolade.lookup import ProfileLookup, resolve_profile, stored_profile
+from autolade.lookup import CPU_DEFAULT, ProfileLookup, builtin_default, resolve_profile, stored_profile
 from autolade.models import model_fingerprint
 from autolade.profile_format import Profile
 from autolade.prompts import load_workload, split_workload
@@ -55,3 +56,16 @@ def test_heldout_sets_are_the_tuners_holdout_split():
     assert not {p.id for p in held} & {p.id for p in tune_split}
     assert len(held) == round(0.3 * 164)
     assert [p.id for p in load_sets(["code"], heldout=True, limit=4)["code"]] == [p.id for p in hold_split[:4]]
+
+
+def test_builtin_defaults_by_device():
+    for dtype in (torch.float32, torch.bfloat16):
+        config, policy = builtin_default(dtype, "cpu")
+        assert config == CPU_DEFAULT and policy is None and not config.lookahead and config.prompt_lookup_scaled
+    config, policy = builtin_default(torch.bfloat16, "cuda")
+    assert (config.window, config.ngram, config.guesses) == (15, 5, 15) and policy["name"] == "adaptive"
+
+
+def test_no_profile_falls_back_to_the_builtin_default_and_says_so(llama):
+    config, source, policy = resolve_profile(llama, workload="code")
+    assert config == CPU_DEFAULT and policy is None and source.startswith("default (built-in")
