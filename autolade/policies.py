@@ -99,7 +99,7 @@ class AdaptiveParams:
     """Knobs of the acceptance-driven policy (searched by the tuner)."""
 
     max_window: int = 8  # W never grows past this; G follows W (capped by the config's G)
-    start_window: int = 3  # W of the first steps
+    start_window: int = 3  # W of the first steps; 0 = start with the window off and let probes find one that pays
     min_draft: int = 2  # shortest prompt-lookup draft
     max_draft: int = 16  # longest prompt-lookup draft
     ema: float = 0.1  # weight of the newest step in each width's tokens/step and s/step averages
@@ -110,7 +110,7 @@ class AdaptiveParams:
     def __post_init__(self) -> None:
         for name, lo, hi in (
             ("max_window", 1, MAX_WINDOW),
-            ("start_window", 1, MAX_WINDOW),
+            ("start_window", 0, MAX_WINDOW),
             ("min_draft", 0, MAX_PROMPT_LOOKUP),
             ("max_draft", 0, MAX_PROMPT_LOOKUP),
             ("probe_every", 1, 100000),

@@ -92,3 +92,11 @@ def test_make_policy_presets_and_errors(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):
         make_policy(str(bad), cfg)
+
+
+def test_adaptive_can_start_with_the_window_off_and_grow_when_it_pays():
+    cfg = LookaheadConfig(window=2, ngram=3, guesses=2)
+    pol = AdaptivePolicy(cfg, AdaptiveParams(start_window=0, max_window=2, probe_every=6, probe_steps=3))
+    assert pol.plan().window == 0
+    widths = _drive(pol, 120, tokens_at=lambda w: 1 + w, ms_at=lambda w: 10.0 + w)  # the window pays
+    assert widths[0] == 0 and pol.current == 2
