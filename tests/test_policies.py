@@ -79,7 +79,7 @@ def test_adaptive_keeps_a_width_that_pays_over_off():
 def test_make_policy_presets_and_errors(tmp_path):
     cfg = LookaheadConfig()
     assert make_policy(None, cfg).name == "static"
-    assert make_policy("adaptive-cpu", cfg).params.max_window == 4
+    assert make_policy("adaptive-cpu", cfg).params.start_window == 0
     assert make_policy({"name": "adaptive", "max_window": 2}, cfg).params.max_window == 2
     assert make_policy("lookup", cfg).plan().window == 0
     with pytest.raises(ConfigError, match="unknown policy"):
