@@ -16,8 +16,10 @@ pytestmark = pytest.mark.slow
 SETTINGS = {
     "W4N4G4": (LookaheadConfig(window=4, ngram=4, guesses=4), None),
     "W7N3G7": (LookaheadConfig(window=7, ngram=3, guesses=7, prompt_lookup=0), None),
-    "W2N5G2+lookup3": (LookaheadConfig(window=2, ngram=5, guesses=2, prompt_lookup=12, prompt_lookup_drafts=3), None),
-    "adaptive-W3N4G3": (LookaheadConfig(window=3, ngram=4, guesses=3), "adaptive"),
+    "W2N5G2+lookup16x3s": (LookaheadConfig(window=2, ngram=5, guesses=2, prompt_lookup=16, prompt_lookup_drafts=3,
+                                           prompt_lookup_scaled=True, prompt_lookup_ngram=4), None),
+    # the CPU preset: starts with the window off, probes W=1..3 (resizes from 0 mid-generation)
+    "adaptive-cpu-W3N4G3": (LookaheadConfig(window=3, ngram=4, guesses=3), "adaptive-cpu"),
 }
 NAMES = list(SETTINGS)
 
