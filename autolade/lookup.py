@@ -28,11 +28,18 @@ def builtin_default(dtype: torch.dtype, device_type: str) -> tuple[LookaheadConf
     return LookaheadConfig(window=15, ngram=5, guesses=15), {"name": "adaptive", "max_window": 24, "start_window": 15}
 
 
+_CODE_REQUEST = re.compile(
+    r"\b(write|implement|complete|fix|refactor|debug)\b.*\b(code|function|program|script|class|method|python|"
+    r"javascript|typescript|java|rust|sql|bash)\b", re.I | re.S)
+
+
 def infer_workload(text: str) -> str:
-    """'code' for text that looks like source code, else 'chat'."""
+    """'code' for text that looks like source code or asks for some (the answer will be code), else 'chat'."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     hits = len(_CODE_HINTS.findall(text))
-    return "code" if lines and hits >= max(2, len(lines) // 4) else "chat"
+    if lines and hits >= max(2, len(lines) // 4):
+        return "code"
+    return "code" if _CODE_REQUEST.search(text) else "chat"
 
 
 class ProfileLookup:

@@ -8,7 +8,7 @@ import torch
 from autolade.bench import load_sets
 from autolade.config import LookaheadConfig
 from autolade.errors import ConfigError
-from autolade.lookup import CPU_DEFAULT, ProfileLookup, builtin_default, resolve_profile, stored_profile
+from autolade.lookup import CPU_DEFAULT, ProfileLookup, builtin_default, infer_workload, resolve_profile, stored_profile
 from autolade.models import model_fingerprint
 from autolade.profile_format import Profile
 from autolade.prompts import load_workload, split_workload
@@ -69,3 +69,14 @@ def test_builtin_defaults_by_device():
 def test_no_profile_falls_back_to_the_builtin_default_and_says_so(llama):
     config, source, policy = resolve_profile(llama, workload="code")
     assert config == CPU_DEFAULT and policy is None and source.startswith("default (built-in")
+
+
+@pytest.mark.parametrize("text, workload", [
+    ("def f(x):\n    return x + 1\n", "code"),
+    ("Write a Python function that checks whether a number is prime.", "code"),
+    ("Please fix this SQL query: select * form t", "code"),
+    ("Explain recursion to a child.", "chat"),
+    ("Write a persuasive essay about city parks.", "chat"),
+])
+def test_infer_workload_from_the_prompt(text, workload):
+    assert infer_workload(text) == workload
