@@ -176,11 +176,13 @@ def profile_command(model, dtype, plot, quick):
     click.echo("speedup upper bound N * c(1)/c(k), k = 1 + (N-1)W + G(N-1):")
     for w, n, g in _BOUND_EXAMPLES:
         click.echo(f"  W={w:<2} N={n} G={g:<2} k={1 + (n - 1) * w + g * (n - 1):<4} bound {curve.speedup_bound(w, n, g):.2f}x")
-    best = default_settings(curve)
-    click.echo(
-        f"curve default: W={best.window} N={best.ngram} G={best.guesses} prompt_lookup={best.prompt_lookup}"
-        f" (predicted {predicted_speedup(curve, best):.2f}x under the modest acceptance model; tune to measure)"
-    )
+    for workload in ("chat", "code"):
+        best = default_settings(curve, workload=workload)
+        lookup = f"{best.prompt_lookup}x{best.prompt_lookup_drafts}{' scaled' if best.prompt_lookup_scaled else ''}"
+        click.echo(
+            f"curve default ({workload}): W={best.window} N={best.ngram} G={best.guesses} prompt_lookup={lookup}"
+            f" (predicted {predicted_speedup(curve, best, workload=workload):.2f}x under the acceptance model; tune to measure)"
+        )
     with ProfileStore() as store:
         curve_id = store.save_curve(
             curve,

@@ -105,3 +105,6 @@ def _bound(name: str, value: int, upper: int) -> None:
 
 
 GREEDY = LookaheadConfig(window=0, guesses=0, prompt_lookup=0)  # plain greedy through the same loop
+# three prompt-lookup drafts of at most 2**m tokens after an m-token suffix match (m <= 4), no window
+SCALED_LOOKUP = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_scaled=True,
+                                prompt_lookup_ngram=4)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import GREEDY, LookaheadConfig
+from .config import GREEDY, SCALED_LOOKUP, LookaheadConfig
 from .errors import ProfileError
 
 CPU_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # geometric, plus in-betweens where CPU curves bend
@@ -382,10 +382,17 @@ def plot_curve(curve: StepCurve, path: str | Path) -> Path:
 # Both branches share one step: the model counts the better one, max(e_la, e_pld), which
 # underestimates a little. A setting must beat greedy by DEFAULT_MARGIN, else greedy wins:
 # a default slower than greedy is the failure this project exists to avoid.
+#
+# Scaled prompt lookup (``SCALED_LOOKUP``) sizes its own drafts (2 tokens after a one-token match,
+# 16 after a four-token one), so its nominal packed size (49) says little about its cost. It is
+# priced by what it measured instead: tokens/step and mean packed tokens per step, replayed by
+# tools/draft_bound.py over held-out greedy outputs of SmolLM2-135M (bf16, BENCHMARKS.md, "What a
+# draft-sizing policy could gain"). Chat, the harder workload, unless the caller names another.
 HIT_RATE = 0.15
 PLD_MATCH = 0.3
 PLD_CONTINUE = 0.6
 DEFAULT_MARGIN = 1.10
+SCALED_LOOKUP_MEASURED = {"chat": (1.51, 4.0), "code": (2.23, 6.1)}  # workload -> (tokens/step, packed/step)
 _GRID_WINDOW = (1, 2, 3, 4, 5, 7, 10, 15)
 _GRID_NGRAM = (2, 3, 4, 5, 6)
 _GRID_GUESSES = (1, 2, 3, 4, 5, 7, 10, 15)
@@ -404,21 +411,27 @@ def expected_tokens_per_step(config: LookaheadConfig) -> float:
     return 1.0 + max(lookahead, pld)
 
 
-def predicted_speedup(curve: StepCurve, config: LookaheadConfig, *, context: int | None = None) -> float:
-    """Acceptance-model speedup over greedy: r * c(1) / c(k), k = config.packed_size()."""
+def predicted_speedup(curve: StepCurve, config: LookaheadConfig, *, context: int | None = None,
+                      workload: str | None = None) -> float:
+    """Acceptance-model speedup over greedy: r * c(1) / c(k), k = config.packed_size(); the scaled
+    lookup by its measured tokens/step and packed size for ``workload`` (chat unless code)."""
     if config.greedy_only:
         return 1.0
+    if config == SCALED_LOOKUP:
+        tokens, packed = SCALED_LOOKUP_MEASURED.get(workload or "chat", SCALED_LOOKUP_MEASURED["chat"])
+        return tokens * curve.cost(1, context) / curve.cost(packed, context)
     k = config.packed_size()
     return expected_tokens_per_step(config) * curve.cost(1, context) / curve.cost(k, context)
 
 
-def default_settings(curve: StepCurve, *, context: int | None = None) -> LookaheadConfig:
+def default_settings(curve: StepCurve, *, context: int | None = None, workload: str | None = None) -> LookaheadConfig:
     """Curve-based default W/N/G: the grid point with the best predicted speedup.
 
-    Searches lookahead W/N/G with prompt lookup off or on (one draft of length L), keeps only
-    settings whose packed size lies within the measured ks (no extrapolation), and returns
-    plain greedy (``config.GREEDY``) unless the best beats greedy by 10%. On a curve where
-    k=2 already costs ~2x k=1 (fp32 on a small CPU) that means greedy or prompt lookup only.
+    Searches lookahead W/N/G with prompt lookup off or on (one draft of length L), and the scaled
+    prompt lookup; keeps only settings whose packed size lies within the measured ks (no
+    extrapolation), and returns plain greedy (``config.GREEDY``) unless the best beats greedy by
+    10%. On a curve where k=2 already costs ~2x k=1 (fp32 on a small CPU) that means greedy or
+    prompt lookup only. ``workload`` ("code") prices the scaled lookup by its code figures.
 
     Conservative about noise: with ``context=None`` a setting's prediction is its worst over
     the measured contexts, using only contexts whose repeats agreed (spread <= 50%) when any did.
@@ -431,15 +444,16 @@ def default_settings(curve: StepCurve, *, context: int | None = None) -> Lookahe
         contexts = [ctx for ctx in curve.contexts if ctx not in noisy] or curve.contexts
     best, best_speedup = GREEDY, DEFAULT_MARGIN
     for candidate in _grid():
-        if candidate.packed_size() > k_max:
+        if candidate.packed_size() > k_max and candidate != SCALED_LOOKUP:  # it packs ~4-6 (measured)
             continue
-        speedup = min(predicted_speedup(curve, candidate, context=ctx) for ctx in contexts)
+        speedup = min(predicted_speedup(curve, candidate, context=ctx, workload=workload) for ctx in contexts)
         if speedup > best_speedup + 1e-9:
             best, best_speedup = candidate, speedup
     return best
 
 
 def _grid():
+    yield SCALED_LOOKUP
     for pld in _GRID_PLD:
         pld_args = {"prompt_lookup": pld, "prompt_lookup_drafts": 1} if pld else {"prompt_lookup": 0}
         yield LookaheadConfig(window=0, guesses=0, **pld_args)

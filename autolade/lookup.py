@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import torch
 
-from .config import LookaheadConfig
+from .config import SCALED_LOOKUP, LookaheadConfig
 
 WORKLOAD_ORDER = ("general", "chat", "code")  # tried in turn when the caller names no workload
 _CODE_HINTS = re.compile(r"(^\s*(def|class|import|from|#include|fn|func|public|return)\b)|```|[{};]\s*$", re.M)
@@ -15,8 +15,7 @@ _CODE_HINTS = re.compile(r"(^\s*(def|class|import|from|#include|fn|func|public|r
 
 # Three prompt-lookup drafts scaled by match length, no window: on the 2-core EPYC it was the best
 # setting measured on held-out MT-Bench and HumanEval prompts in both dtypes (BENCHMARKS.md, held-out).
-CPU_DEFAULT = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_scaled=True,
-                              prompt_lookup_ngram=4)
+CPU_DEFAULT = SCALED_LOOKUP
 
 
 def builtin_default(dtype: torch.dtype, device_type: str) -> tuple[LookaheadConfig, dict | None]:
@@ -93,7 +92,7 @@ def resolve_profile(model: torch.nn.Module, *, workload: str | None = None) -> t
     curve = here.store.latest_curve(hardware_fingerprint=here.hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
     param = next(model.parameters())
     if curve is not None:
-        return default_settings(curve), "default (from this machine's step-latency curve)", None
+        return default_settings(curve, workload=workload), "default (from this machine's step-latency curve)", None
     config, policy = builtin_default(param.dtype, param.device.type)
     return config, "default (built-in; run `autolade tune` for this machine)", policy
 

@@ -106,6 +106,7 @@ class AdaptiveParams:
     margin: float = 1.02  # switch to a probed width only if its measured tokens/s is this much better
     probe_every: int = 16  # steps on the current width between probes of a neighbour
     probe_steps: int = 6  # steps one probe runs (long enough for the window's n-grams to pay)
+    probe_backoff: float = 1.0  # a losing probe stretches the wait before the next by this (1 = fixed; a switch resets it)
 
     def __post_init__(self) -> None:
         for name, lo, hi in (
@@ -121,10 +122,13 @@ class AdaptiveParams:
                 raise ConfigError(f"adaptive policy: {name} must be an integer in {lo}..{hi}, got {value!r}")
         if self.min_draft > self.max_draft:
             raise ConfigError("adaptive policy: min_draft must be <= max_draft")
-        for name, lo, hi in (("ema", 0.0, 1.0), ("margin", 0.5, 2.0)):
+        for name, lo, hi, closed in (("ema", 0.0, 1.0, False), ("margin", 0.5, 2.0, False),
+                                     ("probe_backoff", 1.0, 4.0, True)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo < value <= hi:
-                raise ConfigError(f"adaptive policy: {name} must be a number in ({lo}, {hi}], got {value!r}")
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not (ok and (lo <= value if closed else lo < value) and value <= hi):
+                bracket = "[" if closed else "("
+                raise ConfigError(f"adaptive policy: {name} must be a number in {bracket}{lo}, {hi}], got {value!r}")
 
 
 class AdaptivePolicy:
@@ -136,8 +140,12 @@ class AdaptivePolicy:
     in one number. The policy stays on the best width; every ``probe_every`` steps it runs a
     neighbour (one wider, one narrower, or off) for ``probe_steps`` steps, so it follows the text
     as it moves (code repeats, prose does not) and comes back when the window pays again. It
-    switches only for a gain above ``margin``. The output never changes: only the draft budget.
+    switches only for a gain above ``margin``; each probe that loses stretches the wait before the
+    next by ``probe_backoff`` (up to 8x ``probe_every``), so a width that keeps winning is probed
+    less and less. The output never changes: only the draft budget.
     """
+
+    MAX_WAIT = 8  # probe waits stop growing at this many times probe_every
 
     name = "adaptive"
 
@@ -150,6 +158,7 @@ class AdaptivePolicy:
                                  high=min(p.max_draft, max(config.prompt_lookup, p.min_draft)))
         self.arms: dict[int, list[float]] = {}  # width -> [EMA tokens/step, EMA s/step, steps seen]
         self.since_probe = 0
+        self.wait = float(p.probe_every)  # steps on the current width before the next probe
         self.probe: int | None = None  # width being probed
         self.probe_left = 0
         self._next_probe = 0  # rotates over the neighbours
@@ -189,7 +198,7 @@ class AdaptivePolicy:
                 self.probe = None
             return
         self.since_probe += 1
-        if self.since_probe >= p.probe_every:
+        if self.since_probe >= self.wait:
             self.since_probe = 0
             options = self._neighbours()
             if options:
@@ -205,9 +214,13 @@ class AdaptivePolicy:
         return out
 
     def _decide(self, probed: int) -> None:
+        p = self.params
         now, alt = self.throughput(self.current), self.throughput(probed)
-        if alt is not None and (now is None or alt > now * self.params.margin):
+        if alt is not None and (now is None or alt > now * p.margin):
             self.current = probed
+            self.wait = float(p.probe_every)
+        else:
+            self.wait = min(self.wait * p.probe_backoff, float(p.probe_every * self.MAX_WAIT))
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, **asdict(self.params)}

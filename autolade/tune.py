@@ -221,9 +221,10 @@ def suggest(trial, opts: TuneOptions, max_window: int) -> Candidate:
             policy = {
                 "name": "adaptive",
                 "max_window": trial.suggest_int("max_window", 1, max_window),
-                "start_window": min(window, max_window),
+                "start_window": 0 if trial.suggest_categorical("start_off", [False, True]) else min(window, max_window),
                 "margin": trial.suggest_float("margin", 0.9, 1.2),
                 "probe_every": trial.suggest_categorical("probe_every", [16, 32, 64]),
+                "probe_backoff": trial.suggest_categorical("probe_backoff", [1.0, 2.0]),
             }
         elif name == "lookup" and lookup:
             policy = {"name": "lookup", "max_draft": max(lookup, AdaptiveParams().min_draft)}

@@ -137,7 +137,8 @@ def test_profile_command_on_a_tiny_model(home, tmp_path, one_thread):
     result = run("profile", "--model", str(model_dir), "--quick", "--plot", str(plot))
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "fingerprint cpu:" in out and "spare compute: k=" in out and "curve default:" in out
+    assert "fingerprint cpu:" in out and "spare compute: k=" in out
+    assert "curve default (chat): W=" in out and "curve default (code): W=" in out
     assert "step latency" in out and "saved step curve #1" in out
     assert plot.read_bytes()[:4] == b"\x89PNG"
     if not torch.cuda.is_available():

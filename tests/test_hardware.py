@@ -267,6 +267,21 @@ def test_noisy_points():
     assert StepCurve.from_dict(curve.to_dict()).notes == ("busy",)
 
 
+def test_curve_default_prices_scaled_lookup_by_its_measured_packing_and_workload():
+    from autolade.config import SCALED_LOOKUP
+
+    # bf16 on the 2-core EPYC: 4 packed tokens cost ~1x a greedy step, so scaled lookup wins
+    assert default_settings(BF16_CPU) == SCALED_LOOKUP
+    assert predicted_speedup(BF16_CPU, SCALED_LOOKUP) == pytest.approx(1.51 * 40 / 41)
+    # fp32: 4 packed tokens cost 2x; chat's 1.51 tokens/step do not pay, code's 2.23 do
+    assert default_settings(FP32_CPU).window == 0 and default_settings(FP32_CPU) != SCALED_LOOKUP
+    assert default_settings(FP32_CPU, workload="code") == SCALED_LOOKUP
+    assert predicted_speedup(FP32_CPU, SCALED_LOOKUP, workload="code") > 1.1 > predicted_speedup(FP32_CPU, SCALED_LOOKUP)
+    # its nominal size (49) is past a curve measured to k=32, its real packing (~4-6) is not
+    short = StepCurve(points={300: {k: ms for k, ms in BF16_CPU.points[300].items() if k <= 32}}, dtype="bfloat16")
+    assert default_settings(short) == SCALED_LOOKUP
+
+
 def test_default_settings_ignore_noisy_contexts():
     noisy = {k: 99.0 for k in BF16_CPU.points[300]}
     noisy[1] = 5.0  # a stall at k=1 would make every packed step look free

@@ -71,6 +71,23 @@ def test_no_profile_falls_back_to_the_builtin_default_and_says_so(llama):
     assert config == CPU_DEFAULT and policy is None and source.startswith("default (built-in")
 
 
+def test_a_stored_step_curve_gives_a_workload_aware_default(llama):
+    from autolade.curve import StepCurve
+
+    here = ProfileLookup(llama)
+    fp = model_fingerprint(llama)
+    # the fp32 curve of DESIGN.md: a packed step costs ~2x a one-token step
+    steep = StepCurve(points={300: {1: 58.0, 2: 117.0, 4: 115.0, 8: 102.0, 16: 124.0, 32: 152.0, 64: 228.0}})
+    here.store.save_curve(steep, hardware_fingerprint=here.hardware.fingerprint,
+                          hardware_class=here.hardware.hardware_class, hardware_summary="test",
+                          model_fingerprint=fp, dtype=fp["dtype"])
+    chat, source, _ = resolve_profile(llama, workload="chat")
+    code, _, _ = resolve_profile(llama, workload="code")
+    assert "step-latency curve" in source
+    assert chat.greedy_only  # chat's 1.5 tokens/step do not pay for 2x steps
+    assert code == CPU_DEFAULT  # code's 2.2 do
+
+
 @pytest.mark.parametrize("text, workload", [
     ("def f(x):\n    return x + 1\n", "code"),
     ("Write a Python function that checks whether a number is prime.", "code"),

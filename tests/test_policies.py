@@ -100,3 +100,30 @@ def test_adaptive_can_start_with_the_window_off_and_grow_when_it_pays():
     assert pol.plan().window == 0
     widths = _drive(pol, 120, tokens_at=lambda w: 1 + w, ms_at=lambda w: 10.0 + w)  # the window pays
     assert widths[0] == 0 and pol.current == 2
+
+
+def test_adaptive_probe_backoff_probes_less_while_probes_lose_and_resets_on_a_switch():
+    cfg = LookaheadConfig(window=2, ngram=3, guesses=2)
+    lose = dict(tokens_at=lambda w: 1, ms_at=lambda w: 10.0 + 5 * w)  # the window never pays
+    fixed = _drive(AdaptivePolicy(cfg, AdaptiveParams(start_window=0, max_window=2, probe_every=4, probe_steps=2)),
+                   200, **lose)
+    backoff_pol = AdaptivePolicy(cfg, AdaptiveParams(start_window=0, max_window=2, probe_every=4, probe_steps=2,
+                                                     probe_backoff=2.0))
+    backoff = _drive(backoff_pol, 200, **lose)
+    probing = lambda widths: sum(w > 0 for w in widths)  # noqa: E731
+    assert probing(fixed) >= 60  # 2 of every 6 steps
+    # waits of 4, 8, 16, then 32 (8x probe_every) between 2-step probes: 7 probes in 200 steps
+    assert probing(backoff) == 14
+    assert backoff_pol.wait == 32.0 and backoff_pol.current == 0
+    # when the text changes and a probe wins, the policy switches and the wait starts over
+    for _ in range(40):
+        _drive(backoff_pol, 1, tokens_at=lambda w: 1 + 2 * w, ms_at=lambda w: 10.0 + w)
+        if backoff_pol.current:
+            break
+    assert backoff_pol.current == 1 and backoff_pol.wait == 4.0
+
+
+def test_adaptive_probe_backoff_is_validated():
+    with pytest.raises(ConfigError, match=r"probe_backoff must be a number in \[1.0, 4.0\]"):
+        AdaptiveParams(probe_backoff=0.5)
+    assert AdaptiveParams(probe_backoff=1.0).probe_backoff == 1.0

@@ -52,3 +52,19 @@ def test_suffix_index_scaled_draft_length_follows_match_length():
     # only the 1-token suffix (24) occurred before (followed by 1 2 3 4 99 24): 2**1 = 2 tokens
     assert idx.drafts(max_len=32, max_drafts=1, scaled=True) == [(1, 2)]
     assert len(idx.drafts(max_len=32, max_drafts=1)[0]) == 6  # unscaled: everything after the earlier 24
+
+
+def test_suffix_index_match_and_continuations():
+    idx = SuffixIndex(max_ngram=3)
+    assert idx.match() == (0, [])
+    idx.extend([5, 6, 7, 8, 9, 5, 6, 7, 1, 2, 5, 6, 7])
+    # (5, 6, 7) ended at 3 and 8 before (13 is the suffix itself): most recent first
+    assert idx.match() == (3, [8, 3])
+    assert idx.continuations([8, 3], length=2, max_drafts=3) == [(1, 2), (8, 9)]
+    # a continuation that is a prefix of an earlier draft adds nothing
+    idx2 = SuffixIndex(max_ngram=1)
+    idx2.extend([1, 2, 3, 1, 2, 3, 1])
+    assert idx2.match() == (1, [4, 1])
+    assert idx2.continuations([4, 1], length=2, max_drafts=3) == [(2, 3)]
+    idx2.extend([4])
+    assert idx2.match() == (0, [])

@@ -111,6 +111,13 @@ def test_finalists_are_distinct_behaviours_and_old_trials_still_load():
     assert [c.label() for c in picked] == ["L=8x2 lookup", "greedy", "L=8x2s lookup"]
     old = {k: v for k, v in lookup.items() if k != "prompt_lookup_scaled"}  # a study from before scaled drafts
     assert candidate_from_params(old, TuneOptions()).config.prompt_lookup_scaled is False
+    # an adaptive trial from before start_off / probe_backoff: the window starts on, probes never back off
+    adaptive = {"window": 3, "ngram": 3, "guesses": 2, "prompt_lookup": 0, "policy": "adaptive", "max_window": 4,
+                "margin": 1.05, "probe_every": 16}
+    policy = candidate_from_params(adaptive, TuneOptions()).policy
+    assert policy["start_window"] == 3 and policy["probe_backoff"] == 1.0
+    assert candidate_from_params({**adaptive, "start_off": True, "probe_backoff": 2.0}, TuneOptions()).policy[
+        "start_window"] == 0
 
 
 def test_bootstrap_ci_brackets_the_ratio():

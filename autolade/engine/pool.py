@@ -79,23 +79,34 @@ class SuffixIndex:
             for m in range(1, min(self.max_ngram, end) + 1):
                 self._ends[m].setdefault(tuple(toks[end - m : end]), []).append(end)
 
-    def drafts(self, *, max_len: int, max_drafts: int, scaled: bool = False) -> list[tuple[int, ...]]:
+    def match(self) -> tuple[int, list[int]]:
+        """(m, ends): the longest suffix (m <= max_ngram tokens) that occurred before, and where its
+        earlier occurrences ended, most recent first; (0, []) when even the last token is new."""
         toks = self.tokens
         n = len(toks)
-        if max_len <= 0 or max_drafts <= 0 or n < 2:
-            return []
         for m in range(min(self.max_ngram, n - 1), 0, -1):
             ends = self._ends[m].get(tuple(toks[n - m :]))
-            if not ends or len(ends) < 2:  # the suffix itself is always the last entry
-                continue
-            out: list[tuple[int, ...]] = []
-            length = min(max_len, 2**m) if scaled else max_len
-            for end in reversed(ends[:-1]):
-                cont = tuple(toks[end : end + length])
-                if cont and all(cont[: len(o)] != o[: len(cont)] for o in out):
-                    out.append(cont)
-                    if len(out) == max_drafts:
-                        break
-            if out:
-                return out
-        return []
+            if ends and len(ends) >= 2:  # the suffix itself is always the last entry
+                return m, ends[-2::-1]
+        return 0, []
+
+    def continuations(self, ends: Sequence[int], *, length: int, max_drafts: int) -> list[tuple[int, ...]]:
+        """Up to ``max_drafts`` distinct continuations of ``length`` tokens after ``ends`` (in order);
+        one that is a prefix of an earlier one adds nothing and is skipped."""
+        toks, out = self.tokens, []
+        for end in ends:
+            cont = tuple(toks[end : end + length])
+            if cont and all(cont[: len(o)] != o[: len(cont)] for o in out):
+                out.append(cont)
+                if len(out) == max_drafts:
+                    break
+        return out
+
+    def drafts(self, *, max_len: int, max_drafts: int, scaled: bool = False) -> list[tuple[int, ...]]:
+        if max_len <= 0 or max_drafts <= 0:
+            return []
+        m, ends = self.match()
+        if not m:
+            return []
+        length = min(max_len, 2**m) if scaled else max_len
+        return self.continuations(ends, length=length, max_drafts=max_drafts)

@@ -1,0 +1,228 @@
+"""Offline replay of prompt-lookup drafting rules over known greedy outputs, priced by the step curve.
+
+Greedy output does not depend on how it was drafted, so one greedy run per prompt lets any drafting
+rule be replayed without the model: each step the rule drafts from the context, the step accepts
+the longest draft prefix that matches the known continuation (plus the bonus token), and it costs
+c(packed tokens) from the measured step-latency curve. That puts numbers on what a runtime policy
+could gain by sizing drafts per step: ``replay(..., oracle=True)`` knows each step's accepted
+length and packs exactly the accepted tokens, which no policy can beat with the same drafts.
+
+Not modelled: the engine's own per-step overhead (0.4%-2.4% of a step, BENCHMARKS.md) and the
+Jacobi window (its n-grams need the model's forwards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .curve import StepCurve
+from .engine.layout import DraftTree
+from .engine.pool import SuffixIndex
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One greedy generation: the prompt's token ids and the new tokens greedy decoding produced."""
+
+    prompt: tuple[int, ...]
+    output: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    name: str
+    tokens: int  # new tokens decoded by steps (all but the first, which the prefill gives)
+    steps: int
+    packed: int  # tokens packed into the forwards, all steps (1 per plain greedy step)
+    time_ms: float  # sum over steps of c(packed)
+    greedy_ms: float  # tokens x c(1): the same tokens decoded one per step
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.tokens / self.steps if self.steps else 0.0
+
+    @property
+    def packed_per_step(self) -> float:
+        return self.packed / self.steps if self.steps else 0.0
+
+    @property
+    def speedup(self) -> float:
+        """Predicted speedup over greedy (forwards only)."""
+        return self.greedy_ms / self.time_ms if self.time_ms else 0.0
+
+
+class DraftRule(Protocol):
+    name: str
+    max_ngram: int  # longest suffix the rule's index matches
+
+    def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]: ...
+
+    def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None: ...
+
+
+class Lookup:
+    """autolade's prompt lookup: ``drafts`` most recent continuations of the longest suffix match,
+    ``length`` tokens each, or 2**m tokens for an m-token match when ``scaled``."""
+
+    def __init__(self, *, length: int, drafts: int = 1, scaled: bool = False, max_ngram: int = 4) -> None:
+        self.length, self.n_drafts, self.scaled, self.max_ngram = length, drafts, scaled, max_ngram
+        self.name = f"lookup {length}x{drafts}{'s' if scaled else ''} (n-gram <= {max_ngram})"
+
+    def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
+        return index.drafts(max_len=self.length, max_drafts=self.n_drafts, scaled=self.scaled)
+
+    def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
+        pass
+
+
+class HFPromptLookup:
+    """transformers' prompt lookup decoding: one draft of ``length`` tokens after the *earliest*
+    occurrence of the longest suffix of at most ``max_ngram`` (2) tokens."""
+
+    def __init__(self, *, length: int = 10, max_ngram: int = 2) -> None:
+        self.length, self.max_ngram = length, max_ngram
+        self.name = f"HF prompt lookup {length} (n-gram <= {max_ngram})"
+
+    def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
+        m, ends = index.match()
+        return index.continuations(ends[-1:], length=self.length, max_drafts=1) if m else []
+
+    def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
+        pass
+
+
+class CostAwareLookup:
+    """An acceptance-driven sizing rule: per match length m it counts, for every draft position i,
+    how often a draft that reached i had its i-th token accepted; each step it picks the draft
+    length L (0 = plain greedy step) that maximises expected tokens / c(1 + L x drafts) under the
+    curve. Counts start from a prior (``prior`` pseudo-observations of a 2**m-long run)."""
+
+    LENGTHS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+    def __init__(self, curve: StepCurve, *, drafts: int = 3, max_ngram: int = 4, max_len: int = 32,
+                 prior: float = 2.0) -> None:
+        self.curve, self.n_drafts, self.max_ngram, self.max_len, self.prior = curve, drafts, max_ngram, max_len, prior
+        self.name = f"cost-aware lookup x{drafts} (online, per match length)"
+        self.reached: dict[int, list[float]] = {}  # m -> [times position i was offered with i-1 accepted]
+        self.passed: dict[int, list[float]] = {}  # m -> [times position i was then accepted]
+        self.mean_drafts = 1.0  # EMA of drafts found per step (packed ~ 1 + L x this)
+        self._m = 0
+
+    def survival(self, m: int) -> list[float]:
+        """P(at least i draft tokens accepted), i = 1..max_len, for an m-token match."""
+        reached = self.reached.setdefault(m, [0.0] * (self.max_len + 1))
+        passed = self.passed.setdefault(m, [0.0] * (self.max_len + 1))
+        out, alive = [], 1.0
+        for i in range(1, self.max_len + 1):
+            prior_pass = 0.85 if i <= 2**m else 0.6
+            alive *= (passed[i] + self.prior * prior_pass) / (reached[i] + self.prior)
+            out.append(alive)
+        return out
+
+    def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
+        m, ends = index.match()
+        self._m = m
+        if not m:
+            return []
+        alive = self.survival(m)
+        best, best_len = 1.0 / self.curve.cost(1), 0
+        for length in self.LENGTHS[1:]:
+            if length > self.max_len:
+                break
+            rate = (1.0 + sum(alive[:length])) / self.curve.cost(1 + length * self.mean_drafts)
+            if rate > best:
+                best, best_len = rate, length
+        if not best_len:
+            return []
+        out = index.continuations(ends, length=best_len, max_drafts=self.n_drafts)
+        self.mean_drafts += 0.1 * (len(out) - self.mean_drafts)
+        return out
+
+    def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
+        if not drafts:
+            return
+        reached, passed = self.reached[self._m], self.passed[self._m]
+        longest = max(len(d) for d in drafts)
+        for i in range(1, min(accepted + 1, longest) + 1):
+            reached[i] += 1
+            passed[i] += i <= accepted
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def replay(make_rule: Callable[[], DraftRule], traces: Sequence[Trace], curve: StepCurve, *,
+           oracle: bool = False, name: str | None = None) -> ReplayResult:
+    """Replay a drafting rule (a fresh one per trace) over greedy traces; ``oracle``: keep only the
+    draft that wins each step, cut to its accepted length (the most any per-step sizing of this
+    rule's drafts could save)."""
+    if not traces:
+        raise ConfigError("replay needs at least one trace (a prompt and its greedy output)")
+    tokens = steps = packed = 0
+    time_ms = 0.0
+    rule_name = ""
+    for trace in traces:
+        rule = make_rule()
+        rule_name = rule.name
+        out = trace.output
+        index = SuffixIndex(max_ngram=rule.max_ngram)
+        index.extend(trace.prompt)
+        index.extend(out[:1])
+        pos = 1  # out[:pos] is decided
+        while pos < len(out):
+            drafts = rule.drafts(index)
+            room = len(out) - pos - 1  # the step's bonus token must exist
+            hits = [min(_common(d, out[pos:]), room) for d in drafts]
+            accepted = max(hits, default=0)
+            rule.update(drafts, accepted)
+            if oracle:
+                drafts = [drafts[hits.index(accepted)][:accepted]] if accepted else []
+            tree = DraftTree(index.tokens[-1])
+            for d in drafts:
+                tree.add(d)
+            index.extend(out[pos : pos + accepted + 1])
+            pos += accepted + 1
+            steps += 1
+            packed += len(tree)
+            time_ms += curve.cost(len(tree))
+        tokens += len(out) - 1
+    label = name or (f"{rule_name}, oracle-sized" if oracle else rule_name)
+    return ReplayResult(name=label, tokens=tokens, steps=steps, packed=packed, time_ms=time_ms,
+                        greedy_ms=tokens * curve.cost(1))
+
+
+def bound_results(traces: Sequence[Trace], curve: StepCurve) -> list[ReplayResult]:
+    """The comparison tools/draft_bound.py prints: HF prompt lookup, fixed and scaled lookup (the CPU
+    built-in default), the online cost-aware rule, and two oracle-sized bounds."""
+    scaled = lambda: Lookup(length=16, drafts=3, scaled=True)  # noqa: E731
+    return [
+        replay(lambda: HFPromptLookup(length=10), traces, curve),
+        replay(lambda: Lookup(length=10, drafts=1), traces, curve),
+        replay(scaled, traces, curve),
+        replay(lambda: CostAwareLookup(curve), traces, curve),
+        replay(scaled, traces, curve, oracle=True),
+        replay(lambda: Lookup(length=32, drafts=8), traces, curve, oracle=True),
+    ]
+
+
+def bound_report(sets: dict[str, Sequence[Trace]], curve: StepCurve) -> str:
+    """Markdown tables of ``bound_results`` per prompt set, ratios against the scaled lookup."""
+    ks = [1, 4, 8, 16, 32, 48]
+    lines = [f"step curve ({curve.dtype}, ms): " + ", ".join(f"c({k})={curve.cost(k):.1f}" for k in ks)]
+    for set_name, traces in sets.items():
+        results = bound_results(traces, curve)
+        base = results[2].speedup
+        lines += ["", f"**{set_name}** ({len(traces)} prompts, {results[0].tokens} tokens)", "",
+                  "| rule | tok/step | packed/step | x greedy (curve) | x scaled lookup |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {r.name} | {r.tokens_per_step:.3f} | {r.packed_per_step:.1f} | {r.speedup:.3f} | "
+                  f"{r.speedup / base:.3f} |" for r in results]
+    return "\n".join(lines)
