@@ -13,7 +13,8 @@ from .config import LookaheadConfig
 from .engine.decode import DecodeLog, lookahead_decode
 from .engine.sampling import make_verifier, reject_unsupported
 from .errors import ConfigError, InputError
-from .policies import Policy, make_policy
+from .lookup import resolve_profile, stored_cost
+from .policies import Policy, make_policy, needs_cost
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def generate(
     if policy is None:
         policy = profile_policy
     if policy is None or isinstance(policy, (str, dict)):
-        policy = make_policy(policy, config)
+        policy = make_policy(policy, config, cost=stored_cost(model) if needs_cost(policy) else None)
     eos = _eos_ids(model, eos_token_id)
     stop = _stop_fn(stop_token_ids, stop_strings, tokenizer)
     t0 = time.perf_counter()
@@ -160,8 +161,6 @@ def _resolve_config(model, config, window, ngram, guesses, workload) -> tuple[Lo
         return (config.with_(**overrides) if overrides else config), "explicit", None
     if overrides:
         return LookaheadConfig(**overrides), "explicit", None
-    from .lookup import resolve_profile
-
     return resolve_profile(model, workload=workload)
 
 

@@ -43,6 +43,7 @@ import torch
 
 from .config import LookaheadConfig
 from .errors import ConfigError, InputError, WorkloadError
+from .policies import make_policy, needs_cost
 from .prompts import Prompt, encode_prompt, load_workload, split_workload
 
 HF_GREEDY = "hf-greedy"
@@ -82,7 +83,11 @@ class Method:
             out["policy"] = getattr(self.policy, "__name__", type(self.policy).__name__)
         return out
 
-    def make_policy(self):
+    def make_policy(self, cost: Callable[[float], float] | None = None):
+        """A fresh policy for one run; ``cost`` (this machine's c(k)) for the cost-aware policy, looked
+        up once per benchmark so that the store lookup stays out of the timed runs."""
+        if isinstance(self.policy, (str, dict)) and cost is not None and needs_cost(self.policy):
+            return make_policy(self.policy, self.config, cost=cost)
         if self.policy is None or isinstance(self.policy, (str, dict)):
             return self.policy  # generate() builds a fresh policy from a name or dict
         try:
@@ -215,9 +220,8 @@ def _methods(configs: Mapping[str, Any], baselines: Sequence[str]) -> list[Metho
                 f"config {name!r}: policy must be a name, a dict or a factory (callable), so each run starts fresh"
             )
         if isinstance(method.policy, (str, dict)):
-            from .policies import make_policy
-
-            make_policy(method.policy, method.config)  # fail now, not after minutes of benchmarking
+            # fail now, not after minutes of benchmarking (a stand-in c(k): the curve is checked at run time)
+            make_policy(method.policy, method.config, cost=lambda k: 1.0)
         methods.append(method)
     names = [m.name for m in methods]
     if len(set(names)) != len(names):
@@ -466,6 +470,14 @@ def run_benchmark(
         raise WorkloadError("no prompts to benchmark")
     model.eval()
     device = next(model.parameters()).device
+    cost = None
+    if any(isinstance(m.policy, (str, dict)) and needs_cost(m.policy) for m in methods):
+        from .lookup import stored_cost
+
+        cost = stored_cost(model)
+        if cost is None:
+            raise ConfigError("the cost-aware policy needs this machine's step-latency curve: run "
+                              "`autolade profile --model MODEL --dtype DTYPE` once, then benchmark")
     env = environment(model, command=command)
     loads: list[float] = []
     runs: list[Run] = []
@@ -515,7 +527,7 @@ def run_benchmark(
                 if index == 0:
                     for _ in range(warmup):
                         for m in methods:
-                            tokens, secs, _ = _run_method(model, m, ids, max_new_tokens)
+                            tokens, secs, _ = _run_method(model, m, ids, max_new_tokens, cost)
                             warm.append({"method": m.name, "prompt": pid, "time_s": secs, "new_tokens": len(tokens)})
                 loads.append(_load_avg())
                 k = index % len(methods)
@@ -528,7 +540,7 @@ def run_benchmark(
                     j = rnd % len(order)
                     for m in order[j:] + order[:j]:
                         cpu0 = time.process_time()
-                        result = _run_method(model, m, ids, max_new_tokens)
+                        result = _run_method(model, m, ids, max_new_tokens, cost)
                         cpu = time.process_time() - cpu0
                         times[m.name].append(result[1])
                         if m.name not in outputs or result[1] < outputs[m.name][1]:
@@ -594,13 +606,14 @@ def _count_forwards(model) -> tuple[list[int], Any]:
     return lengths, model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
-def _run_method(model, method: Method, ids: torch.Tensor, max_new_tokens: int) -> tuple[list[int], float, Any]:
+def _run_method(model, method: Method, ids: torch.Tensor, max_new_tokens: int,
+                cost: Callable[[float], float] | None = None) -> tuple[list[int], float, Any]:
     """(new tokens, seconds, autolade GenerateStats or HFSteps)."""
     device = ids.device
     if method.kind == "autolade":
         from .api import generate
 
-        policy = method.make_policy()
+        policy = method.make_policy(cost)
         _sync(device)
         t0 = time.perf_counter()
         res = generate(model, ids, max_new_tokens=max_new_tokens, config=method.config, policy=policy)

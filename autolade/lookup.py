@@ -64,6 +64,15 @@ class ProfileLookup:
         )
 
 
+def stored_cost(model: torch.nn.Module):
+    """c(k) in ms (``StepCurve.cost``) from this machine's stored step-latency curve for this model
+    and dtype, or None when none was measured."""
+    here = ProfileLookup(model)
+    fp = here.fingerprint
+    curve = here.store.latest_curve(hardware_fingerprint=here.hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    return curve.cost if curve is not None else None
+
+
 def stored_profile(model: torch.nn.Module, workload: str):
     """(profile, source) for exactly this workload; a ``ConfigError`` that names the fix if there is none."""
     from .errors import ConfigError

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .config import MAX_PROMPT_LOOKUP, MAX_WINDOW, LookaheadConfig
@@ -25,6 +26,7 @@ class StepPlan:
     guesses: int  # G: pool n-grams to verify
     draft_len: int  # longest prompt-lookup draft; 0 = none
     drafts: int  # prompt-lookup drafts (distinct earlier occurrences)
+    draft_lens: tuple[int, ...] = ()  # draft length after an m-token suffix match at index m-1 (0 = no draft); () = draft_len
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class StepOutcome:
     step_s: float  # wall time of the whole step
     forward_s: float  # wall time of the model forward alone
     longest_draft: int = 0  # tokens in the longest prompt-lookup draft packed (0 = none)
+    match_len: int = 0  # tokens of the suffix match the prompt-lookup drafts came from (0 = none)
 
 
 class Policy(Protocol):
@@ -249,12 +252,76 @@ class LookupPolicy:
         return {"name": self.name}
 
 
-POLICIES = {"static": StaticPolicy, "adaptive": AdaptivePolicy, "lookup": LookupPolicy}
+class CostAwarePolicy:
+    """Prompt lookup sized by the step-latency curve: no window; after an m-token suffix match it
+    drafts the length L (0 = a plain greedy step) with the most expected tokens per millisecond,
+    (1 + sum of P(at least i draft tokens accepted), i <= L) / c(1 + L x drafts found).
+
+    The acceptance side is learned per match length as the generation goes (how often a draft that
+    reached position i had its i-th token accepted, from ``PRIOR`` pseudo-observations of a 2**m-long
+    run); the cost side is this machine's measured c(k). Where c(k) is irregular (fp32 on the 2-core
+    EPYC: 3 packed tokens cost 2x one, 8 cost 1.5x) that avoids the expensive sizes; replayed over
+    held-out greedy outputs it ran 1.07x-1.09x static scaled lookup in fp32 and 0.99x-1.00x in bf16,
+    whose curve is smooth (BENCHMARKS.md)."""
+
+    name = "cost-aware"
+    LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # draft lengths it chooses among (capped by the config)
+    PRIOR = 2.0  # pseudo-observations behind the starting guess of each position's acceptance
+
+    def __init__(self, config: LookaheadConfig, params: AdaptiveParams | None = None, *,
+                 cost: Callable[[float], float]) -> None:
+        self.config = config
+        self.cost = cost  # c(k) in ms for a step of k packed tokens (a StepCurve's cost)
+        self.max_len = config.prompt_lookup
+        self.levels = max(config.prompt_lookup_ngram, 1)
+        self.reached = [[0.0] * (self.max_len + 1) for _ in range(self.levels + 1)]  # [m][i]: offered with i-1 accepted
+        self.passed = [[0.0] * (self.max_len + 1) for _ in range(self.levels + 1)]  # [m][i]: ... and accepted
+        self.drafts_found = 1.0  # EMA of distinct drafts per step: packed ~ 1 + L x this
+        self.lens = tuple(self._best_length(m) for m in range(1, self.levels + 1))
+
+    def _best_length(self, m: int) -> int:
+        reached, passed = self.reached[m], self.passed[m]
+        best, best_len, alive, expected, start = 1.0 / self.cost(1), 0, 1.0, 1.0, 1
+        for length in (x for x in self.LENGTHS if x <= self.max_len):
+            for i in range(start, length + 1):
+                prior = 0.85 if i <= 2**m else 0.6
+                alive *= (passed[i] + self.PRIOR * prior) / (reached[i] + self.PRIOR)
+                expected += alive
+            start = length + 1
+            rate = expected / self.cost(1 + length * self.drafts_found)
+            if rate > best:
+                best, best_len = rate, length
+        return best_len
+
+    def plan(self) -> StepPlan:
+        if not self.max_len:
+            return StepPlan(window=0, guesses=0, draft_len=0, drafts=0)
+        return StepPlan(window=0, guesses=0, draft_len=max(self.lens), drafts=self.config.prompt_lookup_drafts,
+                        draft_lens=self.lens)
+
+    def update(self, outcome: StepOutcome) -> None:
+        m, longest = outcome.match_len, outcome.longest_draft
+        if not longest or not 1 <= m <= self.levels:
+            return
+        accepted = outcome.accepted if outcome.accepted_from == "lookup" else 0
+        reached, passed = self.reached[m], self.passed[m]
+        for i in range(1, min(accepted + 1, longest) + 1):
+            reached[i] += 1
+            passed[i] += i <= accepted
+        self.drafts_found += 0.1 * (outcome.lookup_nodes / longest - self.drafts_found)
+        self.lens = tuple(self._best_length(k) for k in range(1, self.levels + 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name}
 
 
-def make_policy(spec: str | dict | None, config: LookaheadConfig):
+POLICIES = {"static": StaticPolicy, "adaptive": AdaptivePolicy, "lookup": LookupPolicy, "cost-aware": CostAwarePolicy}
+
+
+def make_policy(spec: str | dict | None, config: LookaheadConfig, *, cost: Callable[[float], float] | None = None):
     """A policy from a name ("adaptive"), a preset file in ``policies/`` ("adaptive-cpu"), a JSON
-    path, or a dict {"name": ..., **params}. None = static."""
+    path, or a dict {"name": ..., **params}. None = static. ``cost``: this machine's c(k) in ms
+    (``StepCurve.cost``), which the cost-aware policy needs."""
     if spec is None:
         return StaticPolicy(config)
     if isinstance(spec, str):
@@ -271,11 +338,25 @@ def make_policy(spec: str | dict | None, config: LookaheadConfig):
         if data:
             raise ConfigError(f"the static policy takes no parameters, got {sorted(data)}")
         return StaticPolicy(config)
+    if cls is CostAwarePolicy:
+        if data:
+            raise ConfigError(f"the cost-aware policy takes no parameters, got {sorted(data)}")
+        if cost is None:
+            raise ConfigError("the cost-aware policy needs this machine's step-latency curve: run "
+                              "`autolade profile --model MODEL --dtype DTYPE` once, or choose another policy")
+        return CostAwarePolicy(config, cost=cost)
     known = {f.name for f in fields(AdaptiveParams)}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"unknown {name} policy parameter(s) {unknown}; known: {sorted(known)}")
     return cls(config, AdaptiveParams(**data))
+
+
+def needs_cost(spec: str | dict | None) -> bool:
+    """Whether ``make_policy(spec, ...)`` needs this machine's c(k) (the cost-aware policy)."""
+    if isinstance(spec, str):
+        spec = _preset(spec)
+    return isinstance(spec, dict) and spec.get("name") == CostAwarePolicy.name
 
 
 def _preset(name: str) -> dict | str:

@@ -9,6 +9,7 @@ saw, against greedy and transformers' prompt lookup, and saved as a profile.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -45,7 +46,8 @@ class TuneOptions:
     finalists: int = 3  # best trials re-measured on the held-out split
     max_window: int = 8  # search bound for W (also bounded by the step-latency curve)
     max_ngram: int = 6  # search bound for N
-    search_policy: bool = True  # search the runtime policy (static/adaptive/lookup) and its knobs
+    search_policy: bool = True  # search the runtime policy (static/adaptive/lookup/cost-aware) and its knobs
+    search_cost_aware: bool = True  # offer the cost-aware policy (tune() turns it off when it has no step curve)
     seed: int = 0  # sampler seed and split seed
 
     def __post_init__(self) -> None:
@@ -113,8 +115,10 @@ class TuneResult:
 class Runner:
     """Times greedy, HF prompt lookup and autolade on one prompt, and checks exactness."""
 
-    def __init__(self, model, *, max_new_tokens: int, eos: Sequence[int]) -> None:
+    def __init__(self, model, *, max_new_tokens: int, eos: Sequence[int],
+                 cost: Callable[[float], float] | None = None) -> None:
         self.model = model
+        self.cost = cost  # this machine's c(k), for the cost-aware policy
         self.n = max_new_tokens
         self.eos = list(eos)
         self.noise = NOISE_GAP.get(next(model.parameters()).dtype, 1e-4)
@@ -149,7 +153,7 @@ class Runner:
         from .api import generate
 
         ref, gaps = self.reference(key, ids)
-        policy = make_policy(cand.policy, cand.config)
+        policy = make_policy(cand.policy, cand.config, cost=self.cost)
         t0 = time.perf_counter()
         res = generate(self.model, ids, max_new_tokens=self.n, config=cand.config, policy=policy, eos_token_id=self.eos)
         elapsed = time.perf_counter() - t0
@@ -227,7 +231,10 @@ def suggest(trial, opts: TuneOptions, max_window: int) -> Candidate:
                 "probe_backoff": trial.suggest_categorical("probe_backoff", [1.0, 2.0]),
             }
         elif name == "lookup" and lookup:
-            policy = {"name": "lookup", "max_draft": max(lookup, AdaptiveParams().min_draft)}
+            if trial.suggest_categorical("lookup_sizing", ["length", "cost"]) == "cost" and opts.search_cost_aware:
+                policy = {"name": "cost-aware"}  # sizes drafts by the step curve (needs one: tune() has it)
+            else:
+                policy = {"name": "lookup", "max_draft": max(lookup, AdaptiveParams().min_draft)}
     return Candidate(config, policy)
 
 
@@ -308,6 +315,8 @@ def tune(
     from .prompts import HOLDOUT_FRACTION, encode_prompt, load_workload, split_workload
 
     opts = options or TuneOptions()
+    if curve is None and opts.search_cost_aware:
+        opts = dataclasses.replace(opts, search_cost_aware=False)  # the cost-aware policy needs c(k)
     dtype = dtype_name(next(model.parameters()).dtype)
     tag = workload_tag(workload)
     prompts = load_workload(workload)
@@ -316,7 +325,8 @@ def tune(
         raise ConfigError(f"workload {workload!r} needs at least 2 prompts (one to tune on, one held out)")
     enc = lambda ps: [encode_prompt(tokenizer, p.text, kind=p.kind) for p in ps]  # noqa: E731
     tune_ids, hold_ids = enc(tune_split[: opts.tune_prompts]), enc(hold_split[: opts.holdout_prompts])
-    runner = Runner(model, max_new_tokens=opts.max_new_tokens, eos=_eos_ids(model, None))
+    runner = Runner(model, max_new_tokens=opts.max_new_tokens, eos=_eos_ids(model, None),
+                    cost=curve.cost if curve is not None else None)
     hw_fp = hardware.fingerprint if hardware is not None else "unknown"
     storage = storage or f"sqlite:///{user_dir() / 'optuna.db'}"
     study_name = study_name or study_name_for(hw_fp, model_name, dtype, tag)

@@ -125,8 +125,8 @@ def test_divergence_records_reference_gap(model, monkeypatch):
     """A method that flips a token: index, tokens and the reference's top-2 gap are recorded."""
     real = bench._run_method
 
-    def flipped(mdl, method, ids, n):
-        tokens, secs, stats = real(mdl, method, ids, n)
+    def flipped(mdl, method, ids, n, cost=None):
+        tokens, secs, stats = real(mdl, method, ids, n, cost)
         if method.name == "al greedy":
             tokens = tokens[:3] + [(tokens[3] + 1) % 96] + tokens[4:]
         return tokens, secs, stats

@@ -91,15 +91,22 @@ def test_bfloat16_plain_greedy_is_bitwise_hf(llama):
     assert out == hf_greedy(model, ids, 32)
 
 
-@pytest.mark.parametrize("policy", ["adaptive", "adaptive-cpu", "lookup"])
+@pytest.mark.parametrize("policy", ["adaptive", "adaptive-cpu", "lookup", "cost-aware"])
 def test_policies_keep_output_exact(llama, gemma, policy):
     from autolade.policies import make_policy
 
+    # a bumpy CPU-like c(k) for the cost-aware policy: 3 packed tokens cost more than 8
+    bumpy = {1: 40.0, 2: 65.0, 3: 90.0, 4: 66.0, 8: 65.0, 16: 80.0, 32: 100.0}
+    cost = lambda k: bumpy[min(bumpy, key=lambda x: abs(x - k))]  # noqa: E731
     for model, seed in ((llama, 0), (llama, 4), (gemma, 3)):
         ids = repetitive_prompt(seed=seed)
-        cfg = LookaheadConfig(window=3, ngram=4, guesses=3)
-        out, log = lookahead_decode(model, ids, config=cfg, max_new_tokens=64, policy=make_policy(policy, cfg))
+        cfg = LookaheadConfig(window=3, ngram=4, guesses=3, prompt_lookup=16, prompt_lookup_drafts=3,
+                              prompt_lookup_ngram=4)
+        pol = make_policy(policy, cfg, cost=cost)
+        out, log = lookahead_decode(model, ids, config=cfg, max_new_tokens=64, policy=pol)
         assert out == hf_greedy(model, ids, 64)
+        if policy == "cost-aware":
+            assert all(s.window == 0 for s in log.steps) and any(s.accepted > 0 for s in log.steps)
 
 
 def test_window_resized_every_step_stays_exact(llama):

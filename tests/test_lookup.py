@@ -88,6 +88,24 @@ def test_a_stored_step_curve_gives_a_workload_aware_default(llama):
     assert code == CPU_DEFAULT  # code's 2.2 do
 
 
+def test_generate_with_the_cost_aware_policy_uses_the_stored_curve(llama):
+    from autolade import generate
+    from autolade.curve import StepCurve
+    from tiny import hf_greedy, repetitive_prompt
+
+    ids = repetitive_prompt(seed=1)
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_ngram=4)
+    with pytest.raises(ConfigError, match="autolade profile"):
+        generate(llama, ids, max_new_tokens=8, config=cfg, policy="cost-aware")
+    here = ProfileLookup(llama)
+    fp = model_fingerprint(llama)
+    here.store.save_curve(StepCurve(points={256: {1: 10.0, 4: 10.5, 16: 12.0, 32: 15.0}}),
+                          hardware_fingerprint=here.hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    res = generate(llama, ids, max_new_tokens=48, config=cfg, policy="cost-aware")
+    assert res.sequences[0, ids.shape[1]:].tolist() == hf_greedy(llama, ids, 48)
+    assert res.stats.policy == "cost-aware" and res.stats.tokens_per_step > 1.0
+
+
 @pytest.mark.parametrize("text, workload", [
     ("def f(x):\n    return x + 1\n", "code"),
     ("Write a Python function that checks whether a number is prime.", "code"),

@@ -127,3 +127,58 @@ def test_adaptive_probe_backoff_is_validated():
     with pytest.raises(ConfigError, match=r"probe_backoff must be a number in \[1.0, 4.0\]"):
         AdaptiveParams(probe_backoff=0.5)
     assert AdaptiveParams(probe_backoff=1.0).probe_backoff == 1.0
+
+
+def _cost_aware(cost, **cfg):
+    from autolade.policies import CostAwarePolicy
+
+    config = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=1, prompt_lookup_ngram=4, **cfg)
+    return CostAwarePolicy(config, cost=cost)
+
+
+def _lookup_step(pol, *, m, accepted, ms=10.0):
+    plan = pol.plan()
+    length = plan.draft_lens[m - 1]
+    if not length:
+        pol.update(StepOutcome(plan, 1, 0, 0, 0, 0, "none", ms / 1e3, ms / 1e3, match_len=m))
+        return length
+    acc = min(accepted, length)
+    pol.update(StepOutcome(plan, 1 + length, length, 0, 0, acc, "lookup" if acc else "none", ms / 1e3, ms / 1e3,
+                           longest_draft=length, match_len=m))
+    return length
+
+
+def test_cost_aware_sizes_drafts_by_the_curve_and_by_what_gets_accepted():
+    flat = lambda k: 10.0  # noqa: E731 - packed tokens are free: draft as long as allowed
+    pol = _cost_aware(flat)
+    assert pol.plan().draft_lens == (16, 16, 16, 16) and pol.plan().window == 0
+    # a bumpy CPU curve: 2-3 packed tokens cost 2x one, 8 only 1.5x; no draft of 1-2 tokens is worth it
+    from autolade.curve import StepCurve
+
+    bumpy = StepCurve(points={256: {1: 40.0, 2: 80.0, 3: 85.0, 4: 70.0, 8: 60.0, 16: 80.0, 32: 110.0}})
+    pol = _cost_aware(bumpy.cost)
+    assert all(length == 0 or length >= 4 for length in pol.plan().draft_lens)  # never packs 2-4 tokens
+    # drafts after one-token matches never accepted: it stops drafting after them (plain greedy steps)
+    for _ in range(30):
+        _lookup_step(pol, m=1, accepted=0)
+    assert pol.plan().draft_lens[0] == 0
+    # four-token matches always fully accepted: it keeps drafting long after them
+    for _ in range(30):
+        _lookup_step(pol, m=4, accepted=16)
+    assert pol.plan().draft_lens[3] == 16
+    assert pol.to_dict() == {"name": "cost-aware"}
+
+
+def test_cost_aware_needs_a_curve_and_takes_no_parameters():
+    from autolade.policies import needs_cost
+
+    cfg = LookaheadConfig(window=0, prompt_lookup=16)
+    with pytest.raises(ConfigError, match="autolade profile --model"):
+        make_policy("cost-aware", cfg)
+    with pytest.raises(ConfigError, match="takes no parameters"):
+        make_policy({"name": "cost-aware", "max_draft": 4}, cfg, cost=lambda k: 1.0)
+    assert make_policy("cost-aware", cfg, cost=lambda k: 1.0).name == "cost-aware"
+    assert needs_cost("cost-aware") and needs_cost({"name": "cost-aware"})
+    assert not needs_cost("adaptive-cpu") and not needs_cost(None) and not needs_cost({"name": "lookup"})
+    # no prompt lookup configured: nothing to size, plain greedy steps
+    assert make_policy("cost-aware", LookaheadConfig(window=0, prompt_lookup=0), cost=lambda k: 1.0).plan().draft_len == 0

@@ -118,6 +118,10 @@ def test_finalists_are_distinct_behaviours_and_old_trials_still_load():
     assert policy["start_window"] == 3 and policy["probe_backoff"] == 1.0
     assert candidate_from_params({**adaptive, "start_off": True, "probe_backoff": 2.0}, TuneOptions()).policy[
         "start_window"] == 0
+    # the lookup branch may size drafts by the step curve; without a curve the tuner does not offer it
+    assert candidate_from_params({**lookup, "lookup_sizing": "cost"}, TuneOptions()).policy == {"name": "cost-aware"}
+    assert candidate_from_params({**lookup, "lookup_sizing": "cost"},
+                                 TuneOptions(search_cost_aware=False)).policy["name"] == "lookup"
 
 
 def test_bootstrap_ci_brackets_the_ratio():

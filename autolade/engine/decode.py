@@ -101,22 +101,33 @@ class Drafter:
                 self.pool.seed(prompt, n=config.ngram)
             self.window = JacobiWindow(width=config.window, levels=config.levels, seed_tokens=prompt)
 
-    def tree(self, plan: StepPlan) -> tuple[DraftTree, int, int]:
+    def lookup_drafts(self, plan: StepPlan) -> tuple[list[tuple[int, ...]], int]:
+        """This step's prompt-lookup drafts and the length of the suffix match they follow."""
+        if not plan.draft_len or not plan.drafts:
+            return [], 0
+        m, ends = self.index.match()
+        if not m:
+            return [], 0
+        if plan.draft_lens:
+            length = plan.draft_lens[min(m, len(plan.draft_lens)) - 1]
+        else:
+            length = min(plan.draft_len, 2**m) if self.config.prompt_lookup_scaled else plan.draft_len
+        return (self.index.continuations(ends, length=length, max_drafts=plan.drafts) if length else []), m
+
+    def tree(self, plan: StepPlan) -> tuple[DraftTree, int, int, int]:
         """The draft tree for this step, how many of its nodes (root included) came from prompt lookup,
-        and the longest prompt-lookup draft."""
+        the longest prompt-lookup draft and the suffix-match length it followed."""
         last = self.index.tokens[-1]
         tree = DraftTree(last)
-        longest = 0
-        if plan.draft_len:
-            for draft in self.index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts,
-                                           scaled=self.config.prompt_lookup_scaled):
-                tree.add(draft)
-                longest = max(longest, len(draft))
+        drafts, match_len = self.lookup_drafts(plan)
+        for draft in drafts:
+            tree.add(draft)
+        longest = max((len(d) for d in drafts), default=0)
         lookup_nodes = len(tree)
         if self.pool is not None and plan.guesses:
             for gram in self.pool.get(last, plan.guesses):
                 tree.add(gram)
-        return tree, lookup_nodes, longest
+        return tree, lookup_nodes, longest, match_len
 
     def window_rows(self, plan: StepPlan) -> list[list[int]] | None:
         if self.window is None or plan.window <= 0:
@@ -155,14 +166,14 @@ def lookahead_step(
     """One packed forward: verify the draft tree, advance the window, keep the accepted KV rows."""
     t0 = time.perf_counter()
     base = cache.length  # = position of the last accepted token, which is not in the cache yet
-    tree, n_lookup, longest_draft = drafter.tree(plan)
+    tree, n_lookup, longest_draft, match_len = drafter.tree(plan)
     rows = drafter.window_rows(plan)
     if len(tree) == 1 and rows is None:
         tf = time.perf_counter()
         logits = decode_one_token(runner, cache, tree.tokens[0])
         tok = verifier.first(logits, drafter.index.tokens)
         forward_s = time.perf_counter() - tf
-        return [tok], StepOutcome(plan, 1, 0, 0, 0, 0, "none", time.perf_counter() - t0, forward_s)
+        return [tok], StepOutcome(plan, 1, 0, 0, 0, 0, "none", time.perf_counter() - t0, forward_s, match_len=match_len)
     step = layout.build(tree, rows, t=base)
     mask = runner.packed_mask(step, base)
     tf = time.perf_counter()
@@ -184,6 +195,7 @@ def lookahead_step(
         step_s=time.perf_counter() - t0,
         forward_s=forward_s,
         longest_draft=longest_draft,
+        match_len=match_len,
     )
     return new, outcome
 
