@@ -101,7 +101,15 @@ def resolve_profile(model: torch.nn.Module, *, workload: str | None = None) -> t
     curve = here.store.latest_curve(hardware_fingerprint=here.hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
     param = next(model.parameters())
     if curve is not None:
-        return default_settings(curve, workload=workload), "default (from this machine's step-latency curve)", None
+        config = default_settings(curve, workload=workload)
+        if config.lookahead:  # a curve flat enough for a Jacobi window (GPUs)
+            return config, "default (from this machine's step-latency curve)", None
+        # No window pays: scaled prompt lookup. Where even 2 packed tokens cost >1.25x one (fp32 on
+        # small CPUs) the cost-aware policy sizes or skips each draft by the curve: 1.05x-1.12x the
+        # static rule in fp32 here, level with it in bf16, whose curve is smooth (BENCHMARKS.md).
+        if curve.spare_compute() < 2:
+            return SCALED_LOOKUP, "default (cost-aware lookup on this machine's step-latency curve)", {"name": "cost-aware"}
+        return SCALED_LOOKUP, "default (scaled lookup; this machine's step-latency curve)", None
     config, policy = builtin_default(param.dtype, param.device.type)
     return config, "default (built-in; run `autolade tune` for this machine)", policy
 

@@ -17,10 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from .config import LookaheadConfig
 from .curve import StepCurve
 from .engine.layout import DraftTree
 from .engine.pool import SuffixIndex
 from .errors import ConfigError
+from .policies import CostAwarePolicy, StepOutcome, StepPlan
 
 
 @dataclass(frozen=True)
@@ -95,60 +97,33 @@ class HFPromptLookup:
 
 
 class CostAwareLookup:
-    """An acceptance-driven sizing rule: per match length m it counts, for every draft position i,
-    how often a draft that reached i had its i-th token accepted; each step it picks the draft
-    length L (0 = plain greedy step) that maximises expected tokens / c(1 + L x drafts) under the
-    curve. Counts start from a prior (``prior`` pseudo-observations of a 2**m-long run)."""
+    """The ``cost-aware`` runtime policy (``autolade.policies.CostAwarePolicy``) as a replay rule:
+    per match length m it learns how often each draft position is accepted and drafts the length
+    with the most expected tokens per ms under the curve (0 = a plain greedy step)."""
 
-    LENGTHS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
-
-    def __init__(self, curve: StepCurve, *, drafts: int = 3, max_ngram: int = 4, max_len: int = 32,
-                 prior: float = 2.0) -> None:
-        self.curve, self.n_drafts, self.max_ngram, self.max_len, self.prior = curve, drafts, max_ngram, max_len, prior
+    def __init__(self, curve: StepCurve, *, drafts: int = 3, max_ngram: int = 4, max_len: int = 16) -> None:
+        config = LookaheadConfig(window=0, guesses=0, prompt_lookup=max_len, prompt_lookup_drafts=drafts,
+                                 prompt_lookup_ngram=max_ngram)
+        self.policy = CostAwarePolicy(config, cost=curve.cost)
+        self.max_ngram = max_ngram
         self.name = f"cost-aware lookup x{drafts} (online, per match length)"
-        self.reached: dict[int, list[float]] = {}  # m -> [times position i was offered with i-1 accepted]
-        self.passed: dict[int, list[float]] = {}  # m -> [times position i was then accepted]
-        self.mean_drafts = 1.0  # EMA of drafts found per step (packed ~ 1 + L x this)
+        self._plan: StepPlan | None = None
         self._m = 0
 
-    def survival(self, m: int) -> list[float]:
-        """P(at least i draft tokens accepted), i = 1..max_len, for an m-token match."""
-        reached = self.reached.setdefault(m, [0.0] * (self.max_len + 1))
-        passed = self.passed.setdefault(m, [0.0] * (self.max_len + 1))
-        out, alive = [], 1.0
-        for i in range(1, self.max_len + 1):
-            prior_pass = 0.85 if i <= 2**m else 0.6
-            alive *= (passed[i] + self.prior * prior_pass) / (reached[i] + self.prior)
-            out.append(alive)
-        return out
-
     def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
-        m, ends = index.match()
-        self._m = m
-        if not m:
-            return []
-        alive = self.survival(m)
-        best, best_len = 1.0 / self.curve.cost(1), 0
-        for length in self.LENGTHS[1:]:
-            if length > self.max_len:
-                break
-            rate = (1.0 + sum(alive[:length])) / self.curve.cost(1 + length * self.mean_drafts)
-            if rate > best:
-                best, best_len = rate, length
-        if not best_len:
-            return []
-        out = index.continuations(ends, length=best_len, max_drafts=self.n_drafts)
-        self.mean_drafts += 0.1 * (len(out) - self.mean_drafts)
-        return out
+        self._plan = plan = self.policy.plan()
+        self._m, ends = index.match()
+        length = plan.draft_lens[self._m - 1] if self._m and plan.draft_lens else 0
+        return index.continuations(ends, length=length, max_drafts=plan.drafts) if length else []
 
     def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
-        if not drafts:
-            return
-        reached, passed = self.reached[self._m], self.passed[self._m]
-        longest = max(len(d) for d in drafts)
-        for i in range(1, min(accepted + 1, longest) + 1):
-            reached[i] += 1
-            passed[i] += i <= accepted
+        tree = DraftTree(0)
+        for d in drafts:
+            tree.add(d)
+        longest = max((len(d) for d in drafts), default=0)
+        self.policy.update(StepOutcome(self._plan, len(tree), len(tree) - 1, 0, 0, accepted,
+                                       "lookup" if accepted else "none", 0.0, 0.0, longest_draft=longest,
+                                       match_len=self._m))
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:

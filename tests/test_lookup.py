@@ -71,21 +71,35 @@ def test_no_profile_falls_back_to_the_builtin_default_and_says_so(llama):
     assert config == CPU_DEFAULT and policy is None and source.startswith("default (built-in")
 
 
-def test_a_stored_step_curve_gives_a_workload_aware_default(llama):
+def _save_curve(model, points):
     from autolade.curve import StepCurve
 
-    here = ProfileLookup(llama)
-    fp = model_fingerprint(llama)
-    # the fp32 curve of DESIGN.md: a packed step costs ~2x a one-token step
-    steep = StepCurve(points={300: {1: 58.0, 2: 117.0, 4: 115.0, 8: 102.0, 16: 124.0, 32: 152.0, 64: 228.0}})
-    here.store.save_curve(steep, hardware_fingerprint=here.hardware.fingerprint,
+    here = ProfileLookup(model)
+    fp = model_fingerprint(model)
+    here.store.save_curve(StepCurve(points=points), hardware_fingerprint=here.hardware.fingerprint,
                           hardware_class=here.hardware.hardware_class, hardware_summary="test",
                           model_fingerprint=fp, dtype=fp["dtype"])
-    chat, source, _ = resolve_profile(llama, workload="chat")
-    code, _, _ = resolve_profile(llama, workload="code")
-    assert "step-latency curve" in source
-    assert chat.greedy_only  # chat's 1.5 tokens/step do not pay for 2x steps
-    assert code == CPU_DEFAULT  # code's 2.2 do
+
+
+def test_a_stored_cpu_curve_gives_cost_aware_scaled_lookup(llama):
+    # the fp32 curve of DESIGN.md: a packed step costs ~2x a one-token step; no window pays
+    _save_curve(llama, {300: {1: 58.0, 2: 117.0, 4: 115.0, 8: 102.0, 16: 124.0, 32: 152.0, 64: 228.0}})
+    for workload in ("chat", "code"):
+        config, source, policy = resolve_profile(llama, workload=workload)
+        assert config == CPU_DEFAULT and policy == {"name": "cost-aware"} and "step-latency curve" in source
+
+
+def test_a_smooth_cpu_curve_gives_static_scaled_lookup(llama):
+    # the bf16 curve measured here: 2-6 packed tokens cost ~1.1x one, wider steps much more
+    _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4, 16: 33.6, 32: 42.5, 64: 62.7, 128: 101.3}})
+    config, source, policy = resolve_profile(llama, workload="chat")
+    assert config == CPU_DEFAULT and policy is None and "step-latency curve" in source
+
+
+def test_a_flat_curve_gives_the_curve_default_with_a_window(llama):
+    _save_curve(llama, {300: {1: 10.0, 8: 10.0, 32: 10.2, 128: 10.5}})  # a GPU: packed tokens are free
+    config, source, policy = resolve_profile(llama, workload="chat")
+    assert config.lookahead and config.window >= 2 and policy is None and "step-latency curve" in source
 
 
 def test_generate_with_the_cost_aware_policy_uses_the_stored_curve(llama):
