@@ -266,14 +266,17 @@ def pick_finalists(ranked: Sequence[dict[str, Any]], opts: TuneOptions) -> list[
 
 
 def warm_starts(curve, best_existing: dict | None, max_window: int) -> list[dict[str, Any]]:
-    """Trials to run first: greedy, prompt lookup alone, the stored best, and the paper's table scaled
-    to this machine's spare compute (k within 1.25x of c(1))."""
+    """Trials to run first: greedy, prompt lookup alone (fixed, scaled, and sized by the curve), the
+    stored best, and the paper's table scaled to this machine's spare compute (k within 1.25x of c(1))."""
     starts: list[dict[str, Any]] = [
         {"window": 0, "prompt_lookup": 0},
         {"window": 0, "prompt_lookup": 10, "prompt_lookup_drafts": 1, "prompt_lookup_scaled": False, "policy": "static"},
         {"window": 0, "prompt_lookup": 16, "prompt_lookup_drafts": 3, "prompt_lookup_scaled": True, "policy": "static"},
     ]
     if curve is not None:
+        # the same drafts sized per match length by this curve (the cost-aware policy)
+        starts.append({"window": 0, "prompt_lookup": 16, "prompt_lookup_drafts": 3, "prompt_lookup_scaled": True,
+                       "policy": "lookup", "lookup_sizing": "cost"})
         spare = max(curve.spare_compute(), 1)
         # the paper packs 1 + 2*W*(N-1) tokens; keep N=5's shape, shrink W until it fits the spare compute
         n = PAPER_A100_7B["ngram"] if spare >= 17 else 3

@@ -7,12 +7,18 @@ import torch
 
 from autolade import api
 from autolade.config import LookaheadConfig
+from autolade.curve import StepCurve
+from autolade.policies import make_policy
 from autolade.prompts import encode_prompt, load_workload
 from exactness import compare, reference
 
 pytestmark = pytest.mark.slow
 
-# (config, policy); each prompt runs two of them in rotation, so every setting sees 5 prompts per set
+# the fp32 curve measured on the 2-core EPYC (irregular: 3 packed tokens cost 2x one), for the cost-aware policy
+FP32_CURVE = StepCurve(points={256: {1: 43.7, 2: 69.4, 3: 88.9, 4: 67.6, 8: 66.9, 16: 82.6, 32: 104.8, 64: 179.9}})
+LOOKUP16x3 = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_ngram=4)
+
+# (config, policy or a policy factory); each prompt runs two of them in rotation, 4 prompts per setting per set
 SETTINGS = {
     "W4N4G4": (LookaheadConfig(window=4, ngram=4, guesses=4), None),
     "W7N3G7": (LookaheadConfig(window=7, ngram=3, guesses=7, prompt_lookup=0), None),
@@ -20,8 +26,14 @@ SETTINGS = {
                                            prompt_lookup_scaled=True, prompt_lookup_ngram=4), None),
     # the CPU preset: starts with the window off, probes W=1..3 (resizes from 0 mid-generation)
     "adaptive-cpu-W3N4G3": (LookaheadConfig(window=3, ngram=4, guesses=3), "adaptive-cpu"),
+    # drafts sized per match length by the curve, skipped where they do not pay
+    "cost-aware-L16x3": (LOOKUP16x3, lambda cfg: make_policy("cost-aware", cfg, cost=FP32_CURVE.cost)),
 }
 NAMES = list(SETTINGS)
+
+
+def _policy(spec, cfg):
+    return spec(cfg) if callable(spec) else spec
 
 
 def _prompts(tok, workload: str, n: int):
@@ -36,9 +48,9 @@ def test_smollm2_matches_hf_greedy(smollm2, workload, record_property):
     report = []
     for i, ids in enumerate(_prompts(tok, workload, 10)):
         ref, logits = reference(model, ids, 128, eos)
-        for name in (NAMES[i % 4], NAMES[(i + 1) % 4]):
+        for name in (NAMES[i % len(NAMES)], NAMES[(i + 1) % len(NAMES)]):
             cfg, policy = SETTINGS[name]
-            res = api.generate(model, ids, max_new_tokens=128, config=cfg, policy=policy)
+            res = api.generate(model, ids, max_new_tokens=128, config=cfg, policy=_policy(policy, cfg))
             cmp = compare(res.sequences[0, ids.shape[1] :].tolist(), ref, logits)
             report.append((i, name, cmp))
             assert cmp.acceptable(), f"prompt {i} {name}: diverged at {cmp.diverged_at}, top-2 gap {cmp.gap}"
@@ -60,8 +72,8 @@ def test_gemma3_matches_hf_greedy_past_sliding_window(gemma3):
     cases = [(ids, 48) for ids in prompts[:3]] + [(long[:, : window + 40], 32)]
     for j, (ids, n) in enumerate(cases):
         ref, logits = reference(model, ids, n, eos)
-        for name in (NAMES[j % 4], NAMES[(j + 2) % 4]):
+        for name in (NAMES[j % len(NAMES)], NAMES[(j + 2) % len(NAMES)]):
             cfg, policy = SETTINGS[name]
-            res = api.generate(model, ids, max_new_tokens=n, config=cfg, policy=policy)
+            res = api.generate(model, ids, max_new_tokens=n, config=cfg, policy=_policy(policy, cfg))
             cmp = compare(res.sequences[0, ids.shape[1] :].tolist(), ref, logits)
             assert cmp.acceptable(), f"case {j} {name}: diverged at {cmp.diverged_at}, top-2 gap {cmp.gap}"
