@@ -55,6 +55,12 @@ class ProfileLookup:
         self.fingerprint = model_fingerprint(model)
         self.store = ProfileStore()
 
+    def curve(self):
+        """This machine's latest step-latency curve for this model and dtype, or None."""
+        fp = self.fingerprint
+        return self.store.latest_curve(hardware_fingerprint=self.hardware.fingerprint, model_fingerprint=fp,
+                                       dtype=fp["dtype"])
+
     def find(self, workload: str):
         """(profile or None, source): the store, then the shared JSON files in ``profiles/``; exact
         hardware first, then the same hardware class."""
@@ -67,9 +73,7 @@ class ProfileLookup:
 def stored_cost(model: torch.nn.Module):
     """c(k) in ms (``StepCurve.cost``) from this machine's stored step-latency curve for this model
     and dtype, or None when none was measured."""
-    here = ProfileLookup(model)
-    fp = here.fingerprint
-    curve = here.store.latest_curve(hardware_fingerprint=here.hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    curve = ProfileLookup(model).curve()
     return curve.cost if curve is not None else None
 
 
@@ -97,8 +101,7 @@ def resolve_profile(model: torch.nn.Module, *, workload: str | None = None) -> t
         if prof is not None:
             note = "" if tag == workload or not workload else f", no {workload!r} profile"
             return prof.settings, f"{source} ({tag}{note})", prof.policy
-    fp = here.fingerprint
-    curve = here.store.latest_curve(hardware_fingerprint=here.hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    curve = here.curve()
     param = next(model.parameters())
     if curve is not None:
         config = default_settings(curve, workload=workload)

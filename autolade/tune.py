@@ -73,8 +73,10 @@ class Candidate:
         pol = (self.policy or {"name": "static"})["name"]
         if c.greedy_only:
             return "greedy"
-        window = f"W={c.window} N={c.ngram} G={c.guesses} " if c.lookahead and pol != "lookup" else ""
-        lookup = f"L={c.prompt_lookup}x{c.prompt_lookup_drafts}{'s' if c.prompt_lookup_scaled else ''}" if c.prompt_lookup else "L=0"
+        no_window = pol in ("lookup", "cost-aware")  # these policies never run the window the config allows
+        window = f"W={c.window} N={c.ngram} G={c.guesses} " if c.lookahead and not no_window else ""
+        scaled = "s" if c.prompt_lookup_scaled and pol != "cost-aware" else ""  # cost-aware sizes drafts itself
+        lookup = f"L={c.prompt_lookup}x{c.prompt_lookup_drafts}{scaled}" if c.prompt_lookup else "L=0"
         return f"{window}{lookup} {pol}"
 
 

@@ -119,7 +119,8 @@ def test_finalists_are_distinct_behaviours_and_old_trials_still_load():
     assert candidate_from_params({**adaptive, "start_off": True, "probe_backoff": 2.0}, TuneOptions()).policy[
         "start_window"] == 0
     # the lookup branch may size drafts by the step curve; without a curve the tuner does not offer it
-    assert candidate_from_params({**lookup, "lookup_sizing": "cost"}, TuneOptions()).policy == {"name": "cost-aware"}
+    cost_aware = candidate_from_params({**lookup, "lookup_sizing": "cost"}, TuneOptions())
+    assert cost_aware.policy == {"name": "cost-aware"} and cost_aware.label() == "L=8x2 cost-aware"  # no W: it runs none
     assert candidate_from_params({**lookup, "lookup_sizing": "cost"},
                                  TuneOptions(search_cost_aware=False)).policy["name"] == "lookup"
 
