@@ -43,7 +43,7 @@ import torch
 
 from .config import LookaheadConfig
 from .errors import ConfigError, InputError, WorkloadError
-from .policies import make_policy, needs_cost
+from .policies import NO_CURVE, make_policy, needs_cost
 from .prompts import Prompt, encode_prompt, load_workload, split_workload
 
 HF_GREEDY = "hf-greedy"
@@ -476,8 +476,7 @@ def run_benchmark(
 
         cost = stored_cost(model)
         if cost is None:
-            raise ConfigError("the cost-aware policy needs this machine's step-latency curve: run "
-                              "`autolade profile --model MODEL --dtype DTYPE` once, then benchmark")
+            raise ConfigError(NO_CURVE)
     env = environment(model, command=command)
     loads: list[float] = []
     runs: list[Run] = []

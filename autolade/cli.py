@@ -334,7 +334,7 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
          no_policy, no_paper, report_png):
     """Search W/N/G (and the runtime policy) for this machine, model and workload; save the winner."""
     from . import api
-    from .curve import measure_step_curve
+    from .curve import stored_or_measured
     from .hardware import probe_hardware
     from .models import model_fingerprint
     from .paths import user_dir
@@ -351,12 +351,7 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
         click.echo(f"note: {recommended} recommended on this machine ({why}); tuning {dtype} as asked", err=True)
     store = ProfileStore()
     fp = model_fingerprint(mdl)
-    curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
-    if curve is None:
-        click.echo("measuring the step-latency curve (once per hardware/model/dtype)...", err=True)
-        curve = measure_step_curve(mdl, contexts=(256,), repeats=3, warmup=1)
-        store.save_curve(curve, hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
-                         hardware_summary=hardware.summary(), model_fingerprint=fp, dtype=fp["dtype"])
+    curve = stored_or_measured(mdl, store=store, hardware=hardware, log=lambda m: click.echo(m, err=True))
     name = study_name or study_name_for(hardware.fingerprint, fp["name"], fp["dtype"], workload_tag(workload))
     report_png = report_png or str(user_dir() / "reports" / f"{name}.png")
     res = run_tune(mdl, tok, model_name=fp["name"], workload=workload, options=opts, storage=storage,

@@ -293,6 +293,22 @@ def measure_step_curve(
     )
 
 
+def stored_or_measured(model: Any, *, store: Any, hardware: Any, log: Any = None) -> StepCurve:
+    """This machine's stored step curve for ``model`` (a ``ProfileStore`` and a probed hardware
+    profile), measured and saved first when there is none (once per hardware/model/dtype)."""
+    from .models import model_fingerprint
+
+    fp = model_fingerprint(model)
+    curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    if curve is None:
+        if log is not None:
+            log("measuring the step-latency curve (once per hardware/model/dtype)...")
+        curve = measure_step_curve(model, contexts=(256,), repeats=3, warmup=1)
+        store.save_curve(curve, hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
+                         hardware_summary=hardware.summary(), model_fingerprint=fp, dtype=fp["dtype"])
+    return curve
+
+
 def _step_inputs(torch: Any, k: int, context: int, *, vocab: int, device: Any, dtype: Any, gen: Any) -> dict[str, Any]:
     """k packed tokens after ``context``: ids, explicit positions, float 4-D mask (0 = see, -inf = hide)."""
     ids = torch.randint(0, vocab, (1, k), generator=gen).to(device)
@@ -417,11 +433,16 @@ def predicted_speedup(curve: StepCurve, config: LookaheadConfig, *, context: int
     lookup by its measured tokens/step and packed size for ``workload`` (chat unless code)."""
     if config.greedy_only:
         return 1.0
+    tokens, packed = _expected(config, workload)
+    return tokens * curve.cost(1, context) / curve.cost(packed, context)
+
+
+def _expected(config: LookaheadConfig, workload: str | None) -> tuple[float, float]:
+    """(tokens per step, packed tokens per step): the acceptance model and the nominal packed size,
+    or, for the scaled lookup, which sizes its own drafts, what it measured for ``workload``."""
     if config == SCALED_LOOKUP:
-        tokens, packed = SCALED_LOOKUP_MEASURED.get(workload or "chat", SCALED_LOOKUP_MEASURED["chat"])
-        return tokens * curve.cost(1, context) / curve.cost(packed, context)
-    k = config.packed_size()
-    return expected_tokens_per_step(config) * curve.cost(1, context) / curve.cost(k, context)
+        return SCALED_LOOKUP_MEASURED.get(workload or "chat", SCALED_LOOKUP_MEASURED["chat"])
+    return expected_tokens_per_step(config), config.packed_size()
 
 
 def default_settings(curve: StepCurve, *, context: int | None = None, workload: str | None = None) -> LookaheadConfig:
@@ -444,7 +465,7 @@ def default_settings(curve: StepCurve, *, context: int | None = None, workload: 
         contexts = [ctx for ctx in curve.contexts if ctx not in noisy] or curve.contexts
     best, best_speedup = GREEDY, DEFAULT_MARGIN
     for candidate in _grid():
-        if candidate.packed_size() > k_max and candidate != SCALED_LOOKUP:  # it packs ~4-6 (measured)
+        if _expected(candidate, workload)[1] > k_max:
             continue
         speedup = min(predicted_speedup(curve, candidate, context=ctx, workload=workload) for ctx in contexts)
         if speedup > best_speedup + 1e-9:

@@ -8,9 +8,9 @@ output: it only chooses how many tokens the verifier gets to check.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from .config import MAX_PROMPT_LOOKUP, MAX_WINDOW, LookaheadConfig
@@ -268,8 +268,7 @@ class CostAwarePolicy:
     LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # draft lengths it chooses among (capped by the config)
     PRIOR = 2.0  # pseudo-observations behind the starting guess of each position's acceptance
 
-    def __init__(self, config: LookaheadConfig, params: AdaptiveParams | None = None, *,
-                 cost: Callable[[float], float]) -> None:
+    def __init__(self, config: LookaheadConfig, *, cost: Callable[[float], float]) -> None:
         self.config = config
         self.cost = cost  # c(k) in ms for a step of k packed tokens (a StepCurve's cost)
         self.max_len = config.prompt_lookup
@@ -315,6 +314,8 @@ class CostAwarePolicy:
         return {"name": self.name}
 
 
+NO_CURVE = ("the cost-aware policy needs this machine's step-latency curve: run "
+            "`autolade profile --model MODEL --dtype DTYPE` once, or choose another policy")
 POLICIES = {"static": StaticPolicy, "adaptive": AdaptivePolicy, "lookup": LookupPolicy, "cost-aware": CostAwarePolicy}
 
 
@@ -342,8 +343,7 @@ def make_policy(spec: str | dict | None, config: LookaheadConfig, *, cost: Calla
         if data:
             raise ConfigError(f"the cost-aware policy takes no parameters, got {sorted(data)}")
         if cost is None:
-            raise ConfigError("the cost-aware policy needs this machine's step-latency curve: run "
-                              "`autolade profile --model MODEL --dtype DTYPE` once, or choose another policy")
+            raise ConfigError(NO_CURVE)
         return CostAwarePolicy(config, cost=cost)
     known = {f.name for f in fields(AdaptiveParams)}
     unknown = sorted(set(data) - known)

@@ -112,9 +112,8 @@ class CostAwareLookup:
 
     def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
         self._plan = plan = self.policy.plan()
-        self._m, ends = index.match()
-        length = plan.draft_lens[self._m - 1] if self._m and plan.draft_lens else 0
-        return index.continuations(ends, length=length, max_drafts=plan.drafts) if length else []
+        drafts, self._m = index.lookup(max_len=plan.draft_len, max_drafts=plan.drafts, lengths=plan.draft_lens)
+        return drafts
 
     def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
         tree = DraftTree(0)

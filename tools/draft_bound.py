@@ -43,19 +43,12 @@ def greedy_traces(model, tokenizer, sets: list[str], *, heldout: bool, limit: in
 
 
 def stored_curve(model):
-    from autolade.curve import measure_step_curve
+    from autolade.curve import stored_or_measured
     from autolade.hardware import probe_hardware
-    from autolade.models import model_fingerprint
     from autolade.store import ProfileStore
 
-    hardware, store, fp = probe_hardware(quick=True), ProfileStore(), model_fingerprint(model)
-    curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
-    if curve is None:
-        print("measuring the step-latency curve (once per hardware/model/dtype)...", file=sys.stderr)
-        curve = measure_step_curve(model, contexts=(256,), repeats=3, warmup=1)
-        store.save_curve(curve, hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
-                         hardware_summary=hardware.summary(), model_fingerprint=fp, dtype=fp["dtype"])
-    return curve
+    return stored_or_measured(model, store=ProfileStore(), hardware=probe_hardware(quick=True),
+                              log=lambda m: print(m, file=sys.stderr))
 
 
 def main(argv: list[str] | None = None) -> int:

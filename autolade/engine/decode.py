@@ -103,16 +103,8 @@ class Drafter:
 
     def lookup_drafts(self, plan: StepPlan) -> tuple[list[tuple[int, ...]], int]:
         """This step's prompt-lookup drafts and the length of the suffix match they follow."""
-        if not plan.draft_len or not plan.drafts:
-            return [], 0
-        m, ends = self.index.match()
-        if not m:
-            return [], 0
-        if plan.draft_lens:
-            length = plan.draft_lens[min(m, len(plan.draft_lens)) - 1]
-        else:
-            length = min(plan.draft_len, 2**m) if self.config.prompt_lookup_scaled else plan.draft_len
-        return (self.index.continuations(ends, length=length, max_drafts=plan.drafts) if length else []), m
+        return self.index.lookup(max_len=plan.draft_len, max_drafts=plan.drafts,
+                                 scaled=self.config.prompt_lookup_scaled, lengths=plan.draft_lens)
 
     def tree(self, plan: StepPlan) -> tuple[DraftTree, int, int, int]:
         """The draft tree for this step, how many of its nodes (root included) came from prompt lookup,

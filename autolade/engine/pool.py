@@ -102,11 +102,21 @@ class SuffixIndex:
                     break
         return out
 
-    def drafts(self, *, max_len: int, max_drafts: int, scaled: bool = False) -> list[tuple[int, ...]]:
+    def lookup(self, *, max_len: int, max_drafts: int, scaled: bool = False,
+               lengths: Sequence[int] = ()) -> tuple[list[tuple[int, ...]], int]:
+        """(drafts, m): the continuations of the longest suffix match and its length m (0 = none).
+        A draft is ``max_len`` tokens, at most 2**m with ``scaled``, or ``lengths[m-1]`` when given
+        (one length per match length, 0 = no draft; the last entry serves longer matches)."""
         if max_len <= 0 or max_drafts <= 0:
-            return []
+            return [], 0
         m, ends = self.match()
         if not m:
-            return []
-        length = min(max_len, 2**m) if scaled else max_len
-        return self.continuations(ends, length=length, max_drafts=max_drafts)
+            return [], 0
+        if lengths:
+            length = lengths[min(m, len(lengths)) - 1]
+        else:
+            length = min(max_len, 2**m) if scaled else max_len
+        return (self.continuations(ends, length=length, max_drafts=max_drafts) if length else []), m
+
+    def drafts(self, *, max_len: int, max_drafts: int, scaled: bool = False) -> list[tuple[int, ...]]:
+        return self.lookup(max_len=max_len, max_drafts=max_drafts, scaled=scaled)[0]
