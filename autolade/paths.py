@@ -1,4 +1,4 @@
-"""Where autolade keeps its state: one user dir, overridable by AUTOLADE_HOME."""
+"""Where autolade keeps its state (one user dir, overridable by AUTOLADE_HOME) and finds its shipped data."""
 
 from __future__ import annotations
 
@@ -17,10 +17,22 @@ def user_dir() -> Path:
 
 
 def repo_profiles_dir() -> Path:
-    """The top-level ``profiles/`` folder of a source checkout (shared, committed profiles)."""
-    return Path(__file__).resolve().parent.parent / "profiles"
+    """The shipped ``profiles/`` folder (shared, committed profiles): see ``shipped_dir``."""
+    return shipped_dir("profiles")
 
 
 def repo_policies_dir() -> Path:
-    """The top-level ``policies/`` folder: runtime policy presets as JSON data."""
-    return Path(__file__).resolve().parent.parent / "policies"
+    """The shipped ``policies/`` folder: runtime policy presets as JSON data. See ``shipped_dir``."""
+    return shipped_dir("policies")
+
+
+def shipped_dir(name: str) -> Path:
+    """A data folder that ships with autolade (``"profiles"`` or ``"policies"``).
+
+    A wheel carries it as ``autolade/_shipped/<name>`` (pyproject.toml maps the checkout's
+    top-level folder there); a source checkout or an editable install reads the top-level
+    ``<name>/`` folder next to the ``autolade`` package.
+    """
+    package = Path(__file__).resolve().parent
+    packaged = package / "_shipped" / name
+    return packaged if packaged.is_dir() else package.parent / name
