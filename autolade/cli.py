@@ -153,6 +153,7 @@ _BOUND_EXAMPLES = ((2, 3, 2), (4, 4, 4), (7, 4, 7), (15, 5, 15))  # W/N/G rows s
 @clean_errors
 def profile_command(model, dtype, plot, quick):
     """Profile this hardware and MODEL's step-latency curve; save the curve in the store."""
+    from .curve import stored_dtype_advice
     from .hardware import default_settings, measure_step_curve, plot_curve, predicted_speedup, probe_hardware
     from .models import load, model_fingerprint
     from .store import ProfileStore
@@ -193,6 +194,8 @@ def profile_command(model, dtype, plot, quick):
             model_config_hash=fp["config_hash"],
         )
         click.echo(f"saved step curve #{curve_id} to {store.path}")
+        recommended, why = stored_dtype_advice(curve, store=store, hardware=hardware, model_fingerprint=fp)
+        click.echo(f"dtype: {recommended} recommended: {why}" if recommended else f"dtype: {why}")
     if plot:
         click.echo(f"wrote {plot_curve(curve, plot)}")
 
@@ -334,7 +337,7 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
          no_policy, no_paper, report_png):
     """Search W/N/G (and the runtime policy) for this machine, model and workload; save the winner."""
     from . import api
-    from .curve import stored_or_measured
+    from .curve import stored_dtype_advice, stored_or_measured
     from .hardware import probe_hardware
     from .models import model_fingerprint
     from .paths import user_dir
@@ -346,12 +349,12 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype)
     hardware = probe_hardware(quick=True)
-    recommended, why = hardware.recommended_dtype()
-    if why and recommended != dtype:
-        click.echo(f"note: {recommended} recommended on this machine ({why}); tuning {dtype} as asked", err=True)
     store = ProfileStore()
     fp = model_fingerprint(mdl)
     curve = stored_or_measured(mdl, store=store, hardware=hardware, log=lambda m: click.echo(m, err=True))
+    recommended, why = stored_dtype_advice(curve, store=store, hardware=hardware, model_fingerprint=fp)
+    if recommended is not None and recommended != fp["dtype"]:
+        click.echo(f"note: {recommended} recommended on this machine ({why}); tuning {fp['dtype']} as asked", err=True)
     name = study_name or study_name_for(hardware.fingerprint, fp["name"], fp["dtype"], workload_tag(workload))
     report_png = report_png or str(user_dir() / "reports" / f"{name}.png")
     res = run_tune(mdl, tok, model_name=fp["name"], workload=workload, options=opts, storage=storage,
@@ -369,7 +372,3 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
                f"{sum(res.holdout.tokens) / max(sum(res.holdout.steps), 1):.2f} tokens/step, "
                f"{sum(res.holdout.steps)} steps")
     click.echo(f"profile #{res.profile_id} saved; report {res.report_png}; study {res.study_name!r} ({res.trials_run} trials)")
-
-
-def main() -> None:  # pragma: no cover - console entry
-    cli()

@@ -77,10 +77,6 @@ class StepCurve:
         ks = sorted(row)
         return _interp(ks, [row[x] for x in ks], k)
 
-    def relative(self, k: float, context: int | None = None) -> float:
-        """c(k) / c(1)."""
-        return self.cost(k, context) / self.cost(1, context)
-
     def spare_compute(self, context: int | None = None) -> int:
         """Largest measured k such that every measured k' <= k costs at most 1.25 x c(1)."""
         best = 1
@@ -351,31 +347,28 @@ def _crop(cache: Any, k: int, context: int) -> None:
 
 
 def plot_curve(curve: StepCurve, path: str | Path) -> Path:
-    """Write a PNG of c(k) per context (absolute ms, log-2 k axis) with the 1.25 x c(1) line."""
-    import matplotlib
+    """Write a PNG of c(k) per context (absolute ms, log-2 k axis) with the 1.25 x c(1) line.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on a bare ``Figure`` (no pyplot), so the caller's matplotlib backend stays as it was."""
+    from matplotlib.figure import Figure
 
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    try:
-        for ctx in curve.contexts:
-            ks = curve.ks
-            ax.plot(ks, [curve.points[ctx][k] for k in ks], marker="o", label=f"context {ctx}")
-            ax.axhline(SPARE_COMPUTE_RATIO * curve.points[ctx][1], linestyle=":", linewidth=0.8, color="grey")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("packed tokens per step (k)")
-        ax.set_ylabel("ms per forward")
-        title = f"step-latency curve: {curve.model or 'model'} {curve.dtype} on {curve.device}"
-        ax.set_title(f"{title}\nspare compute k={curve.spare_compute()} (dotted: 1.25 x c(1))", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.subplots()
+    for ctx in curve.contexts:
+        ks = curve.ks
+        ax.plot(ks, [curve.points[ctx][k] for k in ks], marker="o", label=f"context {ctx}")
+        ax.axhline(SPARE_COMPUTE_RATIO * curve.points[ctx][1], linestyle=":", linewidth=0.8, color="grey")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("packed tokens per step (k)")
+    ax.set_ylabel("ms per forward")
+    title = f"step-latency curve: {curve.model or 'model'} {curve.dtype} on {curve.device}"
+    ax.set_title(f"{title}\nspare compute k={curve.spare_compute()} (dotted: 1.25 x c(1))", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
     return path
 
 
@@ -484,3 +477,56 @@ def _grid():
                     if guesses > window:
                         continue  # G_eff = min(G, W): more guesses only cost
                     yield LookaheadConfig(window=window, ngram=ngram, guesses=guesses, **pld_args)
+
+
+# --- which dtype to run -----------------------------------------------------------------------
+
+# bf16 is recommended over fp32 only when its step curve predicts decoding at least this much
+# faster: it gives up fp32 greedy's outputs (a bf16 model is exactly greedy in bf16) for the speed.
+DTYPE_MARGIN = 1.10
+
+
+def recommend_dtype(curves: dict[str, StepCurve], *, workload: str | None = None) -> tuple[str, str]:
+    """(dtype, why) from this model's step curves in float32 and bfloat16 on this machine.
+
+    What decides decoding speed is the step curve, not a raw matmul rate: each dtype's predicted
+    time per token is c(k) / r at its curve default (r tokens per step, k packed tokens; plain
+    greedy is k=1, r=1), under the acceptance model of ``default_settings`` (chat unless
+    ``workload`` says otherwise). bf16 wins when that is ``DTYPE_MARGIN`` x faster than fp32's.
+    On an AMX Xeon, say, c(1) is the same in both dtypes but bf16 packs 16 tokens for 1.11 x c(1)
+    and fp32 for ~2 x c(1): bf16 decodes faster although its one-token step is no cheaper.
+    """
+    missing = [d for d in ("float32", "bfloat16") if d not in curves]
+    if missing:
+        raise ValueError(f"recommend_dtype needs step curves for float32 and bfloat16; missing {', '.join(missing)} "
+                         f"(measure it with `autolade profile --dtype {missing[0]}`)")
+    seen = {dtype: _per_token(curves[dtype], workload) for dtype in ("float32", "bfloat16")}
+    ratio = seen["float32"][0] / seen["bfloat16"][0]
+    detail = "; ".join(
+        f"{dtype} {ms:.2f} ms/token (c(1) {curves[dtype].cost(1):.1f} ms, k={k:g} at {curves[dtype].cost(k) / curves[dtype].cost(1):.2f}x c(1))"
+        for dtype, (ms, k) in seen.items()
+    )
+    if ratio >= DTYPE_MARGIN:
+        return "bfloat16", (f"step curves predict {ratio:.2f}x float32's decoding speed for this model ({detail}); "
+                            "outputs then match bf16 greedy, not fp32 greedy (pass --dtype bfloat16 to choose it)")
+    return "float32", (f"step curves predict bfloat16 at only {ratio:.2f}x float32's decoding speed for this model ({detail}): "
+                       "bf16 would cost precision for little speed")
+
+
+def _per_token(curve: StepCurve, workload: str | None) -> tuple[float, float]:
+    """(predicted ms per token, packed tokens per step) at the curve default for ``workload``."""
+    tokens, packed = _expected(default_settings(curve, workload=workload), workload)
+    return curve.cost(packed) / tokens, packed
+
+
+def stored_dtype_advice(curve: StepCurve, *, store: Any, hardware: Any, model_fingerprint: dict[str, str]) -> tuple[str | None, str]:
+    """(dtype, why) for this machine and model: ``curve`` (this dtype's) against the other dtype's
+    latest stored curve; ``(None, how to measure it)`` when that is not stored yet."""
+    if curve.dtype not in ("float32", "bfloat16"):
+        return None, f"no dtype advice for {curve.dtype}: it compares float32 and bfloat16 step curves"
+    other = "bfloat16" if curve.dtype == "float32" else "float32"
+    stored = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=model_fingerprint, dtype=other)
+    if stored is None:
+        return None, (f"no {other} step curve of this model on this machine yet: run `autolade profile --dtype {other}` "
+                      "to compare the two dtypes")
+    return recommend_dtype({curve.dtype: curve, other: stored})

@@ -21,6 +21,7 @@ from .curve import (  # noqa: F401  (re-exported: the step curve is part of the 
     packed_tokens,
     plot_curve,
     predicted_speedup,
+    recommend_dtype,
 )
 from .errors import ProfileError
 
@@ -37,6 +38,7 @@ __all__ = [
     "plot_curve",
     "predicted_speedup",
     "probe_hardware",
+    "recommend_dtype",
 ]
 
 CPU_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "amx_int8")
@@ -184,30 +186,8 @@ class HardwareProfile:
                 lines.append(f"               peak ~{gpu.peak_flops / 1e12:.0f} TFLOP/s bf16 (estimate: {gpu.peak_flops_source})")
             if gpu.mem_bandwidth:
                 lines.append(f"               memory ~{gpu.mem_bandwidth / 1e9:.0f} GB/s (estimate: 2 x mem clock x bus width)")
-        dtype, why = self.recommended_dtype()
-        if why:
-            lines.append(f"dtype:         {dtype} recommended: {why}")
         lines.extend(f"note:          {note}" for note in self.notes)
         return "\n".join(lines)
-
-    def recommended_dtype(self) -> tuple[str, str | None]:
-        """(dtype, why) to suggest to the user; autolade never switches dtype by itself, since the
-        outputs are exactly greedy's *in the dtype the model runs in*. ``why`` is None when nothing
-        was measured to base it on."""
-        if self.is_gpu:
-            cc = self.gpu.compute_capability if self.gpu else None
-            if cc is None:
-                return "float16", None
-            if cc >= (8, 0):
-                return "bfloat16", f"tensor cores with bf16 (compute capability {_cc(cc)}); fp32 runs at a fraction of their rate"
-            return "float16", f"no bf16 tensor cores below compute capability 8.0 (this GPU: {_cc(cc)})"
-        if not self.cpu_fp32_flops or not self.cpu_bf16_flops:
-            return "float32", None
-        ratio = self.cpu_bf16_flops / self.cpu_fp32_flops
-        if ratio >= 1.5:
-            return "bfloat16", (f"bf16 matmul measured {ratio:.1f}x fp32 here ({self.isa_class}); outputs then match "
-                                "bf16 greedy, not fp32 greedy (pass --dtype bfloat16 to choose it)")
-        return "float32", f"bf16 matmul measured only {ratio:.1f}x fp32 here: bf16 would cost precision for little speed"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

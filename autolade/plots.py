@@ -1,4 +1,7 @@
-"""Per-step plot of one generation: W, G, packed size and accepted tokens over the steps."""
+"""Per-step plot of one generation: W, G, packed size and accepted tokens over the steps.
+
+Drawn on a bare ``matplotlib.figure.Figure`` (no pyplot): the caller's backend stays as it was.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +9,12 @@ from pathlib import Path
 
 
 def plot_steps(stats, path: str | Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     s = stats.per_step
     steps = range(len(s["packed"]))
-    fig, (a, b) = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
+    fig = Figure(figsize=(10, 5.5))
+    a, b = fig.subplots(2, 1, sharex=True)
     a.step(steps, s["window"], where="post", label="window W")
     a.step(steps, s["guesses"], where="post", label="guesses G")
     a.plot(steps, s["packed"], lw=0.8, color="grey", label="packed tokens k")
@@ -29,5 +30,4 @@ def plot_steps(stats, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

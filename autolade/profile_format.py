@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -275,5 +275,3 @@ def _get(data: dict, key: str, kind: type | tuple[type, ...], *, where: str = ""
         raise ProfileError(f"field '{name}' must be {wanted}, got {type(value).__name__} {value!r:.60}")
     return value
 
-
-PROFILE_FIELDS = tuple(f.name for f in fields(Profile))

@@ -14,7 +14,8 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -294,6 +295,20 @@ def study_name_for(hardware: str, model: str, dtype: str, workload: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", f"{model}-{dtype}-{workload}-{hardware}")[:120]
 
 
+@contextmanager
+def quiet_optuna() -> Iterator[None]:
+    """Optuna logs only warnings inside this scope; the caller's optuna verbosity comes back after."""
+    import optuna
+
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+@quiet_optuna()
 def tune(
     model,
     tokenizer,
@@ -337,7 +352,6 @@ def tune(
     study_name = study_name or study_name_for(hw_fp, model_name, dtype, tag)
     max_window = _curve_max_window(curve, opts)
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.create_study(
             study_name=study_name, storage=storage, load_if_exists=True, direction="maximize",
@@ -475,16 +489,15 @@ def _save(store, hardware, model, model_name, dtype, tag, result: TuneResult, cu
 
 
 def plot_study(study, path: str | Path) -> Path:
-    """Speedup per trial (by policy) and the best speedup on a W x N grid."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Speedup per trial (by policy) and the best speedup on a W x N grid (a bare ``Figure``, no
+    pyplot: the caller's matplotlib backend stays as it was)."""
     import numpy as np
     import optuna
+    from matplotlib.figure import Figure
 
     trials = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig = Figure(figsize=(12, 4.5))
+    a, b = fig.subplots(1, 2)
     for name, colour in (("static", "tab:blue"), ("adaptive", "tab:orange"), ("lookup", "tab:green"), (None, "grey")):
         pts = [(t.number, t.value) for t in trials if t.params.get("policy") == name]
         if pts:
@@ -511,5 +524,4 @@ def plot_study(study, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

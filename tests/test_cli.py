@@ -1,14 +1,16 @@
-"""`autolade generate` through click's runner, on the real SmolLM2."""
+"""`autolade generate` through click's runner, on the real SmolLM2 (slow), and the CLI's parsing helpers."""
 
+import pytest
 from click.testing import CliRunner
 
 from autolade.cli import cli, parse_duration
 
 
-# The real user dir, as conftest's fixtures: the converted model is cached there. Explicit W/N/G,
-# so no stored profile is consulted.
+# conftest's temporary AUTOLADE_HOME shares the real converted-model cache. Explicit W/N/G, so no
+# stored profile is consulted.
 
 
+@pytest.mark.slow
 def test_generate_streams_text_and_prints_stats(tmp_path):
     res = CliRunner().invoke(cli, ["generate", "Say hello.", "-n", "12", "--stats", "--policy", "adaptive",
                                    "-W", "2", "-N", "3", "-G", "2", "--plot", str(tmp_path / "s.png")])
@@ -19,6 +21,7 @@ def test_generate_streams_text_and_prints_stats(tmp_path):
     assert len(text.strip()) > 0
 
 
+@pytest.mark.slow
 def test_generate_bad_settings_are_clean_errors():
     res = CliRunner().invoke(cli, ["generate", "Hi", "-W", "1000000"])
     assert res.exit_code == 1 and "window=1000000 is beyond the supported maximum" in res.output

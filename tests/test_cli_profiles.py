@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from tiny import tiny_llama_dir
+from transformers import PreTrainedTokenizerFast
 
 from autolade.cli import cli
 from autolade.config import LookaheadConfig
@@ -104,21 +105,11 @@ def tiny_model_dir(path):
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import Whitespace
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=32,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
-    LlamaForCausalLM(config).save_pretrained(path)
     vocab = {"<unk>": 0, **{f"w{i}": i for i in range(1, 32)}}
     raw = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
     raw.pre_tokenizer = Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>").save_pretrained(path)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="<unk>")
+    tiny_llama_dir(path, tokenizer, vocab=32, bos_token_id=1, eos_token_id=2)
     return path
 
 
@@ -146,3 +137,7 @@ def test_profile_command_on_a_tiny_model(home, tmp_path, one_thread):
     with ProfileStore() as store:
         rows = list(store.db.query("select model_name, dtype from curves"))
     assert rows == [{"model_name": "tiny-llama", "dtype": "float32"}]
+    assert "dtype: no bfloat16 step curve of this model on this machine yet" in out
+    bf16 = run("profile", "--model", str(model_dir), "--quick", "--dtype", "bfloat16")
+    assert bf16.exit_code == 0, bf16.output
+    assert " recommended: step curves predict " in bf16.output and "ms/token" in bf16.output

@@ -7,7 +7,8 @@ import math
 
 import pytest
 import torch
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+from tiny import tiny_llama
+from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from autolade.config import LookaheadConfig
 from autolade.errors import ProfileError
@@ -23,6 +24,7 @@ from autolade.hardware import (
     plot_curve,
     predicted_speedup,
     probe_hardware,
+    recommend_dtype,
 )
 
 # Measured on this project's 2-core AMD EPYC (SmolLM2-135M, context 300), see docs/DESIGN.md.
@@ -43,20 +45,6 @@ def nvml_works() -> bool:
         return True
     except Exception:
         return False
-
-
-def tiny_llama(max_positions: int = 256) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=max_positions,
-    )
-    return LlamaForCausalLM(config).eval()
 
 
 def cpu_profile(**changes) -> HardwareProfile:
@@ -141,17 +129,10 @@ def test_gpu_fingerprint_and_class():
     assert sliced.fingerprint != hw.fingerprint and sliced.hardware_class == hw.hardware_class
 
 
-def test_recommended_dtype_says_why_and_needs_a_measurement():
-    assert cpu_profile().recommended_dtype() == ("float32", None)  # bf16 not measured: nothing to recommend
-    dtype, why = cpu_profile(cpu_fp32_flops=1.9e11, cpu_bf16_flops=5.0e11).recommended_dtype()
-    assert dtype == "bfloat16" and "2.6x fp32" in why and "--dtype bfloat16" in why
-    assert "bfloat16 recommended" in cpu_profile(cpu_fp32_flops=1.9e11, cpu_bf16_flops=5.0e11).summary()
-    dtype, why = cpu_profile(cpu_fp32_flops=1.9e11, cpu_bf16_flops=2.0e11).recommended_dtype()
-    assert dtype == "float32" and "1.1x" in why
-    ampere = GpuInfo(index=0, name="NVIDIA A100", compute_capability=(8, 0))
-    volta = GpuInfo(index=0, name="Tesla V100", compute_capability=(7, 0))
-    assert cpu_profile(device="cuda:0", gpus=(ampere,)).recommended_dtype()[0] == "bfloat16"
-    assert cpu_profile(device="cuda:0", gpus=(volta,)).recommended_dtype()[0] == "float16"
+def test_summary_gives_no_dtype_answer_of_its_own():
+    # the dtype answer comes from the step curves (recommend_dtype), not from the matmul rates
+    summary = cpu_profile(cpu_fp32_flops=1.9e11, cpu_bf16_flops=5.0e11).summary()
+    assert "cpu matmul:" in summary and "recommended" not in summary
 
 
 def test_gpu_derived_figures_are_estimates():
@@ -178,7 +159,7 @@ def one_thread():
 
 
 def test_measure_step_curve_tiny_llama(one_thread):
-    model = tiny_llama()
+    model = tiny_llama(max_positions=256)
     curve = measure_step_curve(model, ks=(2, 4, 8), contexts=(16, 48), repeats=2, warmup=1, name="tiny")
     assert curve.contexts == [16, 48] and curve.ks == [1, 2, 4, 8]  # k=1 always measured
     assert all(ms > 0 for row in curve.points.values() for ms in row.values())
@@ -218,9 +199,50 @@ def test_measure_step_curve_checks_limits():
         measure_step_curve(tiny_llama(), ks=(1,), contexts=(8,), repeats=0)
 
 
-def test_plot_curve(tmp_path):
+def test_plot_curve(tmp_path, foreign_backend):
+    import matplotlib
+
     path = plot_curve(BF16_CPU, tmp_path / "out" / "curve.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.get_backend() == foreign_backend  # the caller's backend is left alone
+
+
+# --- which dtype -------------------------------------------------------------------------
+
+AMX_KS = [1, 2, 4, 8, 16, 32, 64]
+# An Intel Xeon with AMX: a one-token step costs the same in both dtypes; 16 tokens cost 1.11x one in bf16, ~2x in fp32
+AMX_FP32 = StepCurve(points={256: dict(zip(AMX_KS, [20.0, 24.0, 30.0, 34.0, 40.0, 60.0, 100.0]))})
+AMX_BF16 = StepCurve(points={256: dict(zip(AMX_KS, [20.0, 20.4, 21.0, 21.6, 22.2, 30.0, 45.0]))}, dtype="bfloat16")
+
+
+def test_recommend_dtype_follows_the_step_curves_not_c1():
+    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": AMX_BF16})
+    assert dtype == "bfloat16" and "--dtype bfloat16" in why
+    assert "c(1) 20.0 ms" in why and "float32 20.00 ms/token" in why  # fp32's curve default is greedy here
+    # bf16 a little cheaper per step but just as steep as fp32: not worth fp32's outputs
+    steep_bf16 = StepCurve(points={256: {k: 0.95 * ms for k, ms in AMX_FP32.points[256].items()}}, dtype="bfloat16")
+    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": steep_bf16})
+    assert dtype == "float32" and "only 1.05x" in why
+    # this project's 2-core EPYC: bf16 both cheaper per step and flatter
+    assert recommend_dtype({"float32": FP32_CPU, "bfloat16": BF16_CPU})[0] == "bfloat16"
+    with pytest.raises(ValueError, match="autolade profile --dtype bfloat16"):
+        recommend_dtype({"float32": AMX_FP32})
+
+
+def test_stored_dtype_advice_reads_the_other_dtype_from_the_store():
+    from autolade.curve import stored_dtype_advice
+    from autolade.store import ProfileStore
+
+    hw = cpu_profile()
+    fp = {"name": "m", "config_hash": "abc123", "dtype": "float32"}
+    with ProfileStore(":memory:") as store:
+        dtype, why = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp)
+        assert dtype is None and "autolade profile --dtype bfloat16" in why
+        store.save_curve(AMX_BF16, hardware_fingerprint=hw.fingerprint, model_fingerprint={**fp, "dtype": "bfloat16"})
+        from_fp32 = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp)
+        store.save_curve(AMX_FP32, hardware_fingerprint=hw.fingerprint, model_fingerprint=fp)
+        from_bf16 = stored_dtype_advice(AMX_BF16, store=store, hardware=hw, model_fingerprint={**fp, "dtype": "bfloat16"})
+    assert from_fp32 == from_bf16 and from_fp32[0] == "bfloat16"  # one measurement, one answer, from either side
 
 
 # --- curve arithmetic --------------------------------------------------------------------

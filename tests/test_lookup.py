@@ -49,6 +49,7 @@ def test_stored_profile_by_workload_and_missing_one_names_the_fix(llama):
     assert config == code and "no 'chat' profile" in source
 
 
+@pytest.mark.slow
 def test_heldout_sets_are_the_tuners_holdout_split():
     held = load_sets(["code"], heldout=True)["code"]
     tune_split, hold_split = split_workload(load_workload("code"))

@@ -4,7 +4,7 @@ import time
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny import tiny_llama_dir
 
 from autolade.errors import ConfigError, ModelNotFoundError
 from autolade.models import (
@@ -24,20 +24,6 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     return tmp_path
-
-
-def tiny_llama(directory, tokenizer=None):
-    config = LlamaConfig(
-        vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    model.save_pretrained(directory)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(directory)
-    return model
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -100,9 +86,10 @@ def test_abandoned_work_dirs_are_removed(tmp_path):
 # --- local directories and the hub cache --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_local_hf_directory(isolated, smollm2):
     _, tok = smollm2
-    reference = tiny_llama(isolated / "tiny", tok)
+    reference = tiny_llama_dir(isolated / "tiny", tok, vocab=49152, tie_word_embeddings=True)
     model, tokenizer = load(str(isolated / "tiny"))
     assert not model.training and model.dtype == torch.float32
     assert tokenizer.chat_template == tok.chat_template
@@ -115,14 +102,15 @@ def test_local_hf_directory(isolated, smollm2):
 
 
 def test_directory_without_tokenizer(isolated):
-    tiny_llama(isolated / "bare")
+    tiny_llama_dir(isolated / "bare", vocab=49152, tie_word_embeddings=True)
     with pytest.raises(ModelNotFoundError, match="no usable tokenizer"):
         load(str(isolated / "bare"))
 
 
+@pytest.mark.slow
 def test_hub_cache_only(isolated, smollm2):
     snapshot = isolated / "hub" / "models--acme--tiny" / "snapshots" / ("0" * 40)
-    tiny_llama(snapshot, smollm2[1])
+    tiny_llama_dir(snapshot, smollm2[1], vocab=49152, tie_word_embeddings=True)
     (isolated / "hub" / "models--acme--tiny" / "refs").mkdir()
     (isolated / "hub" / "models--acme--tiny" / "refs" / "main").write_text("0" * 40)
     model, _ = load("acme/tiny")

@@ -17,6 +17,7 @@ def write_jsonl(path, rows):
 # --- built-ins ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_chat_is_mt_bench_first_turns():
     prompts = load_workload("chat")
     assert len(prompts) == 80 and len({p.id for p in prompts}) == 80
@@ -25,6 +26,7 @@ def test_chat_is_mt_bench_first_turns():
     assert load_workload("mt-bench", limit=3) == prompts[:3]
 
 
+@pytest.mark.slow
 def test_code_is_humaneval_prompts():
     prompts = load_workload("code")
     assert len(prompts) == 164
@@ -117,6 +119,7 @@ def test_binary_file(tmp_path):
 # --- split --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_split_is_deterministic_disjoint_and_complete():
     prompts = load_workload("chat")
     tune, holdout = split_workload(prompts)
@@ -131,6 +134,7 @@ def test_split_is_deterministic_disjoint_and_complete():
     assert {p.id for p in split_workload(prompts, seed=1)[1]} != {p.id for p in holdout}
 
 
+@pytest.mark.slow
 def test_split_edges():
     prompts = load_workload("code", limit=2)
     assert [len(side) for side in split_workload(prompts)] == [1, 1]
@@ -147,6 +151,7 @@ def test_split_edges():
 # --- encoding -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_encode_chat_uses_the_template(smollm2):
     _, tok = smollm2
     ids = encode_prompt(tok, "Hello there")
@@ -156,6 +161,7 @@ def test_encode_chat_uses_the_template(smollm2):
     assert text.count("<|im_start|>") == 3  # the template's own tokens, none added twice
 
 
+@pytest.mark.slow
 def test_encode_raw_and_code(smollm2):
     _, tok = smollm2
     raw = encode_prompt(tok, "def f(x):", raw=True)
@@ -163,6 +169,7 @@ def test_encode_raw_and_code(smollm2):
     assert torch.equal(encode_prompt(tok, "def f(x):", kind="code"), raw)
 
 
+@pytest.mark.slow
 def test_encode_without_template_is_raw_with_bos(gemma3):
     _, tok = gemma3
     ids = encode_prompt(tok, "Hello there")
@@ -170,12 +177,14 @@ def test_encode_without_template_is_raw_with_bos(gemma3):
     assert ids.tolist() == [tok("Hello there").input_ids]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", ["", "   \n\t", None])
 def test_encode_empty_prompt(smollm2, text):
     with pytest.raises(InputError, match="empty"):
         encode_prompt(smollm2[1], text)
 
 
+@pytest.mark.slow
 def test_encode_bad_kind(smollm2):
     with pytest.raises(InputError, match="chat, code"):
         encode_prompt(smollm2[1], "hi", kind="poem")

@@ -25,8 +25,6 @@ from autolade.tune import (
     workload_tag,
 )
 
-pytestmark = pytest.mark.slow
-
 PROMPTS = [
     "List the numbers from 1 to 20, one per line.",
     "Write the alphabet in capital letters, separated by commas.",
@@ -42,6 +40,7 @@ def workload(tmp_path):
     return str(path)
 
 
+@pytest.mark.slow
 def test_tune_saves_a_profile_resumes_and_generate_uses_it(smollm2, workload, tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
     model, tok = smollm2
@@ -72,6 +71,7 @@ def test_tune_saves_a_profile_resumes_and_generate_uses_it(smollm2, workload, tm
     assert out.stats.settings == res.best.config.to_dict()
 
 
+@pytest.mark.slow
 def test_diverging_output_fails_the_trial(smollm2):
     model, tok = smollm2
     ids = tok("Hello", return_tensors="pt").input_ids
@@ -129,3 +129,24 @@ def test_bootstrap_ci_brackets_the_ratio():
     lo, hi = bootstrap_ci([2.0, 2.2, 1.8, 2.1], [1.0, 1.0, 1.0, 1.0])
     assert lo <= 2.025 <= hi and hi - lo < 0.5
     assert torch.isfinite(torch.tensor([lo, hi])).all()
+
+
+def test_quiet_optuna_and_the_report_leave_global_state_alone(tmp_path, foreign_backend):
+    import matplotlib
+
+    from autolade.tune import plot_study, quiet_optuna
+
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.DEBUG)
+    try:
+        with quiet_optuna():
+            assert optuna.logging.get_verbosity() == optuna.logging.WARNING
+            study = optuna.create_study(direction="maximize", study_name="s")
+            study.optimize(lambda t: 1.0 + 0.1 * t.suggest_int("window", 0, 3) - 0.05 * t.suggest_int("ngram", 2, 4),
+                           n_trials=4)
+        assert optuna.logging.get_verbosity() == optuna.logging.DEBUG  # the caller's verbosity is back
+        path = plot_study(study, tmp_path / "report.png")
+    finally:
+        optuna.logging.set_verbosity(before)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert matplotlib.get_backend() == foreign_backend

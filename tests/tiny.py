@@ -6,21 +6,36 @@ import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
 
 
-def tiny_llama(*, seed: int = 0, vocab: int = 96, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
+def tiny_llama(
+    *, seed: int = 0, vocab: int = 96, dtype: torch.dtype = torch.float32, max_positions: int = 512, **config
+) -> LlamaForCausalLM:
+    """A 2-layer random Llama; ``config`` overrides other LlamaConfig fields (e.g. tie_word_embeddings)."""
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        eos_token_id=None,
-        bos_token_id=None,
-        pad_token_id=None,
+        **{
+            "vocab_size": vocab,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": max_positions,
+            "eos_token_id": None,
+            "bos_token_id": None,
+            "pad_token_id": None,
+            **config,
+        }
     )
     return LlamaForCausalLM(cfg).to(dtype).eval()
+
+
+def tiny_llama_dir(directory, tokenizer=None, **kwargs) -> LlamaForCausalLM:
+    """``tiny_llama(**kwargs)`` saved as a Hugging Face directory (with ``tokenizer`` when given); returns the model."""
+    model = tiny_llama(**kwargs)
+    model.save_pretrained(directory)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
+    return model
 
 
 def tiny_gemma3(*, seed: int = 0, vocab: int = 96, sliding_window: int = 16) -> Gemma3ForCausalLM:
