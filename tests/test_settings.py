@@ -1,4 +1,5 @@
-"""Settings resolution: stored profiles by workload, the clear error when one is missing, held-out sets."""
+"""Settings resolution: stored profiles by workload under any of its names, the clear error when one
+is missing, curve and built-in defaults, resolving once per model and store state, held-out sets."""
 
 from __future__ import annotations
 
@@ -54,15 +55,14 @@ def save_profile(model, workload: str, settings: LookaheadConfig, policy: dict |
 def test_stored_profile_by_workload_and_missing_one_names_the_fix(llama):
     with pytest.raises(ConfigError, match="autolade tune --workload code"):
         stored_profile(llama, "code")
-    code = CODE
-    pid = save_profile(llama, "code", code, {"name": "lookup"})
+    pid = save_profile(llama, "code", CODE, {"name": "lookup"})
     prof, source = stored_profile(llama, "humaneval")  # the built-in workload's other name
-    assert prof.settings == code and prof.policy == {"name": "lookup"} and source == f"store:exact:#{pid}"
+    assert prof.settings == CODE and prof.policy == {"name": "lookup"} and source == f"store:exact:#{pid}"
     with pytest.raises(ConfigError, match="'chat' profile"):
         stored_profile(llama, "chat")
     # generate() with no settings: the named workload, else another workload's profile, and says which
     config, source, policy = resolve_settings(llama, workload="chat")
-    assert config == code and "no 'chat' profile" in source
+    assert config == CODE and "no 'chat' profile" in source
 
 
 def test_heldout_sets_are_the_tuners_holdout_split():
