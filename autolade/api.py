@@ -13,8 +13,9 @@ from .config import LookaheadConfig
 from .engine.decode import DecodeLog, lookahead_decode
 from .engine.sampling import make_verifier, reject_unsupported
 from .errors import ConfigError, InputError
-from .lookup import resolve_profile, stored_cost
+from .models import eos_ids
 from .policies import Policy, make_policy, needs_cost
+from .settings import resolve_settings, stored_cost
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def generate(
         policy = profile_policy
     if policy is None or isinstance(policy, (str, dict)):
         policy = make_policy(policy, config, cost=stored_cost(model) if needs_cost(policy) else None)
-    eos = _eos_ids(model, eos_token_id)
+    eos = eos_ids(model, eos_token_id=eos_token_id)
     stop = _stop_fn(stop_token_ids, stop_strings, tokenizer)
     t0 = time.perf_counter()
     new, log = lookahead_decode(
@@ -161,20 +162,7 @@ def _resolve_config(model, config, window, ngram, guesses, workload) -> tuple[Lo
         return (config.with_(**overrides) if overrides else config), "explicit", None
     if overrides:
         return LookaheadConfig(**overrides), "explicit", None
-    return resolve_profile(model, workload=workload)
-
-
-def _eos_ids(model, eos_token_id) -> list[int]:
-    if eos_token_id is None:
-        gen = getattr(model, "generation_config", None)
-        eos_token_id = getattr(gen, "eos_token_id", None)
-        if eos_token_id is None:
-            eos_token_id = getattr(model.config, "eos_token_id", None)
-    if eos_token_id is None:
-        return []
-    if isinstance(eos_token_id, int):
-        return [eos_token_id]
-    return [int(e) for e in eos_token_id]
+    return resolve_settings(model, workload=workload)
 
 
 def _stop_fn(stop_token_ids, stop_strings, tokenizer) -> Callable[[list[int]], bool] | None:

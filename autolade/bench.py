@@ -472,7 +472,7 @@ def run_benchmark(
     device = next(model.parameters()).device
     cost = None
     if any(isinstance(m.policy, (str, dict)) and needs_cost(m.policy) for m in methods):
-        from .lookup import stored_cost
+        from .settings import stored_cost
 
         cost = stored_cost(model)
         if cost is None:
@@ -1057,8 +1057,8 @@ def bench_main(
 ) -> BenchReport:
     """Load, run, print the table, write ``out.json`` and ``out.png``; what the CLI calls.
     ``profiles``: workloads whose stored profile (this machine, model, dtype) is timed too."""
-    from .lookup import stored_profile
     from .models import load
+    from .settings import stored_profile
 
     if threads is not None:
         if threads < 1:

@@ -82,8 +82,8 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
              trust_remote_code, do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed):
     """Generate a completion for PROMPT with exact lookahead decoding."""
     from . import api
-    from .lookup import infer_workload
     from .prompts import encode_prompt
+    from .settings import infer_workload
 
     workload = workload or infer_workload(prompt)
     click.echo(f"loading {model} ({dtype})...", err=True)
@@ -341,8 +341,9 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
     from .hardware import probe_hardware
     from .models import model_fingerprint
     from .paths import user_dir
+    from .prompts import workload_tag
     from .store import ProfileStore
-    from .tune import TuneOptions, study_name_for, tune as run_tune, workload_tag
+    from .tune import TuneOptions, study_name_for, tune as run_tune
 
     opts = TuneOptions(trials=trials, budget_s=parse_duration(budget), max_new_tokens=max_new_tokens,
                        tune_prompts=tune_prompts, holdout_prompts=holdout_prompts, search_policy=not no_policy)

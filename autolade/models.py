@@ -211,6 +211,20 @@ def model_name(model: Any) -> str:
     return Path(raw).name if os.path.isdir(raw) else raw
 
 
+def eos_ids(model: Any, *, eos_token_id: int | list[int] | tuple[int, ...] | None = None) -> list[int]:
+    """The token ids that end a generation: ``eos_token_id`` if given, else the model's
+    generation_config, else its config; ``[]`` when none names one."""
+    if eos_token_id is None:
+        eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if eos_token_id is None:
+            eos_token_id = getattr(model.config, "eos_token_id", None)
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, int):
+        return [eos_token_id]
+    return [int(e) for e in eos_token_id]
+
+
 def models_dir() -> Path:
     """Where converted GGUF models are cached."""
     path = user_dir() / "models"

@@ -21,6 +21,7 @@ import gzip
 import hashlib
 import importlib.util
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal
@@ -75,16 +76,37 @@ WORKLOADS: dict[str, BuiltinWorkload] = {
         ),
     )
 }
-ALIASES = {"mt-bench": "chat", "mtbench": "chat", "humaneval": "code", "human-eval": "code"}
+ALIASES = {"mt-bench": "chat", "mtbench": "chat", "mt_bench": "chat", "humaneval": "code", "human-eval": "code",
+           "human_eval": "code"}  # other names of the built-in workloads
+
+
+def workload_tag(name_or_path: str | Path) -> str:
+    """The one name of a workload, as profiles are keyed: a built-in's name (``chat``, ``code``;
+    any case, or an alias such as ``mt-bench``, ``mtbench``, ``humaneval``), else the file's stem
+    (``data/my-set.jsonl`` -> ``my-set``). Tune saves under it; settings resolution looks up by it.
+    A tag is its own tag."""
+    builtin = _builtin_name(name_or_path)
+    if builtin is not None:
+        return builtin
+    name = Path(str(name_or_path).strip()).name
+    name = re.sub(r"\.(jsonl|txt)(\.gz)?$", "", name, flags=re.IGNORECASE)
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", name)[:64] or "custom"
+
+
+def _builtin_name(name_or_path: str | Path) -> str | None:
+    """``chat``/``code`` for a built-in workload's name or alias (any case), else None (a file)."""
+    name = str(name_or_path).strip().lower()
+    name = ALIASES.get(name, name)
+    return name if name in WORKLOADS else None
 
 
 def load_workload(name_or_path: str, *, limit: int | None = None) -> list[Prompt]:
     """The prompts of a built-in workload (``chat``, ``code``) or of a ``.jsonl`` / ``.txt`` file."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise WorkloadError(f"limit must be a positive integer or None, got {limit!r}")
-    name = ALIASES.get(str(name_or_path), str(name_or_path))
-    if name in WORKLOADS:
-        prompts = _builtin(WORKLOADS[name])
+    builtin = _builtin_name(name_or_path)
+    if builtin is not None:
+        prompts = _builtin(WORKLOADS[builtin])
     else:
         prompts = _from_file(Path(name_or_path).expanduser())
     if not prompts:

@@ -4,7 +4,7 @@
 - WAL mode and a busy timeout, so two processes saving at once lose nothing.
 - A file that is not SQLite, or an SQLite file autolade did not create, is refused with a
   ``StoreError`` and left exactly as it was.
-- ``lookup()`` is what generate() calls: exact (hardware, model, dtype, workload) first, then
+- ``find_profile()`` is what settings resolution calls: exact (hardware, model, dtype, workload) first, then
   the same model on the nearest hardware (same hardware class), from the store and from JSON
   files in the repo's ``profiles/`` (and any extra dirs); else ``(None, "default")``.
 """
@@ -260,7 +260,7 @@ class ProfileStore:
             found = list(self.db.query(sql, args))
         return found[0]["id"] if found else None
 
-    def lookup(
+    def find_profile(
         self,
         *,
         hardware_fingerprint: str,

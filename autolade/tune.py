@@ -25,6 +25,7 @@ import torch
 from .config import LookaheadConfig
 from .errors import ConfigError
 from .policies import AdaptiveParams, make_policy
+from .prompts import workload_tag
 
 # Largest |logit| gap at which a flip between a packed and a one-token forward is float noise.
 NOISE_GAP = {torch.float32: 1e-4, torch.bfloat16: 1.0, torch.float16: 0.1}
@@ -329,8 +330,7 @@ def tune(
     """Search, re-measure the finalists on the held-out split, save the winner as a profile."""
     import optuna
 
-    from .api import _eos_ids
-    from .models import dtype_name, model_fingerprint
+    from .models import dtype_name, eos_ids, model_fingerprint
     from .paths import user_dir
     from .prompts import HOLDOUT_FRACTION, encode_prompt, load_workload, split_workload
 
@@ -345,7 +345,7 @@ def tune(
         raise ConfigError(f"workload {workload!r} needs at least 2 prompts (one to tune on, one held out)")
     enc = lambda ps: [encode_prompt(tokenizer, p.text, kind=p.kind) for p in ps]  # noqa: E731
     tune_ids, hold_ids = enc(tune_split[: opts.tune_prompts]), enc(hold_split[: opts.holdout_prompts])
-    runner = Runner(model, max_new_tokens=opts.max_new_tokens, eos=_eos_ids(model, None),
+    runner = Runner(model, max_new_tokens=opts.max_new_tokens, eos=eos_ids(model),
                     cost=curve.cost if curve is not None else None)
     hw_fp = hardware.fingerprint if hardware is not None else "unknown"
     storage = storage or f"sqlite:///{user_dir() / 'optuna.db'}"
@@ -364,8 +364,8 @@ def tune(
     if not study.trials:
         best_existing = None
         if store is not None and hardware is not None:
-            prof, _ = store.lookup(hardware_fingerprint=hw_fp, hardware_class=hardware.hardware_class,
-                                   model_fingerprint=model_fingerprint(model), dtype=dtype, workload=tag)
+            prof, _ = store.find_profile(hardware_fingerprint=hw_fp, hardware_class=hardware.hardware_class,
+                                         model_fingerprint=model_fingerprint(model), dtype=dtype, workload=tag)
             if prof is not None:
                 best_existing = _params_of(prof.settings, prof.policy)
         for params in warm_starts(curve, best_existing, max_window):
@@ -437,13 +437,6 @@ def tune(
     if report_png is not None:
         result.report_png = plot_study(study, report_png)
     return result
-
-
-def workload_tag(workload: str) -> str:
-    """The profile key of a workload: the built-in name, or a file's stem."""
-    if workload in ("chat", "code", "mt-bench", "humaneval"):
-        return {"mt-bench": "chat", "humaneval": "code"}.get(workload, workload)
-    return re.sub(r"[^A-Za-z0-9._+-]+", "-", Path(workload).stem)[:64] or "custom"
 
 
 def _curve_max_window(curve, opts: TuneOptions) -> int:

@@ -8,6 +8,7 @@ import torch
 from autolade import api
 from autolade.config import LookaheadConfig
 from autolade.curve import StepCurve
+from autolade.models import eos_ids
 from autolade.policies import make_policy
 from autolade.prompts import encode_prompt, load_workload
 from exactness import compare, reference
@@ -44,7 +45,7 @@ def _prompts(tok, workload: str, n: int):
 @pytest.mark.parametrize("workload", ["chat", "code"])
 def test_smollm2_matches_hf_greedy(smollm2, workload, record_property):
     model, tok = smollm2
-    eos = api._eos_ids(model, None)
+    eos = eos_ids(model)
     report = []
     for i, ids in enumerate(_prompts(tok, workload, 10)):
         ref, logits = reference(model, ids, 128, eos)
@@ -65,7 +66,7 @@ def test_gemma3_matches_hf_greedy_past_sliding_window(gemma3):
     512-token sliding window, so that the sliding layers' mask really hides old positions."""
     model, tok = gemma3
     window = model.config.get_text_config().sliding_window
-    eos = api._eos_ids(model, None)
+    eos = eos_ids(model)
     prompts = _prompts(tok, "code", 8)
     long = torch.cat([prompts[3]] + [p[:, 1:] for p in prompts[4:]], dim=1)  # one BOS, then plain text
     assert long.shape[1] > window

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from autolade.errors import InputError, WorkloadError
-from autolade.prompts import Prompt, encode_prompt, load_workload, split_workload
+from autolade.prompts import Prompt, encode_prompt, load_workload, split_workload, workload_tag
 
 
 def write_jsonl(path, rows):
@@ -114,6 +114,22 @@ def test_binary_file(tmp_path):
     path.write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(WorkloadError, match="UTF-8"):
         load_workload(str(path))
+
+
+@pytest.mark.parametrize("name, tag", [
+    ("chat", "chat"), ("mt-bench", "chat"), ("mtbench", "chat"), ("MT_Bench", "chat"),
+    ("code", "code"), ("humaneval", "code"), ("human-eval", "code"), ("HumanEval", "code"),
+    ("data/my set.jsonl", "my-set"), ("/tmp/prompts.jsonl.gz", "prompts"), ("notes.v2.txt", "notes.v2"),
+    ("general", "general"), ("", "custom"),
+])
+def test_workload_tag_is_one_name_per_workload(name, tag):
+    assert workload_tag(name) == tag
+    assert workload_tag(tag) == tag  # a tag is its own tag: normalising twice changes nothing
+
+
+def test_aliases_load_the_builtin():
+    assert load_workload("MTBench", limit=2) == load_workload("chat", limit=2)
+    assert load_workload("human_eval", limit=2) == load_workload("code", limit=2)
 
 
 # --- split --------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def make_profile(**changes) -> Profile:
 def find(store: ProfileStore, **changes):
     args = dict(hardware_fingerprint=HW, hardware_class=HW_CLASS, model_fingerprint=MODEL, dtype="bfloat16", workload="code")
     args.update(changes)
-    return store.lookup(**args)
+    return store.find_profile(**args)
 
 
 def sha(path: Path) -> str:
@@ -161,7 +161,7 @@ def test_curves():
         store.save_curve(CURVE, hardware_fingerprint=HW)
 
 
-# --- lookup ------------------------------------------------------------------------------
+# --- find_profile ------------------------------------------------------------------------
 
 
 def write_profile(folder: Path, name: str, profile: Profile) -> Path:
@@ -171,7 +171,7 @@ def write_profile(folder: Path, name: str, profile: Profile) -> Path:
     return path
 
 
-def test_lookup_order(tmp_path, monkeypatch):
+def test_find_profile_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     shared = tmp_path / "shared"
     store = ProfileStore(":memory:")

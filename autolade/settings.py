@@ -1,0 +1,268 @@
+"""Settings resolution: which settings generate() uses when the caller gives none. A stored or
+shared profile for this hardware, model, dtype and workload; else the default derived from a
+measured step-latency curve; else a built-in default.
+
+``SettingsResolver`` resolves once per model: it keeps the hardware probe, the model's fingerprint
+and what the store and the ``profiles/`` files answered, keyed on those files' stamps, so a
+profile saved or a curve measured since is seen on the next call. generate() and bench share
+``default_resolver()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import SCALED_LOOKUP, LookaheadConfig
+from .errors import ConfigError
+from .prompts import workload_tag
+
+WORKLOAD_ORDER = ("general", "chat", "code")  # tried in turn after the named workload
+_CODE_HINTS = re.compile(r"(^\s*(def|class|import|from|#include|fn|func|public|return)\b)|```|[{};]\s*$", re.M)
+
+
+# Three prompt-lookup drafts scaled by match length, no window: on the 2-core EPYC it was the best
+# setting measured on held-out MT-Bench and HumanEval prompts in both dtypes (BENCHMARKS.md, held-out).
+CPU_DEFAULT = SCALED_LOOKUP
+
+
+def builtin_default(device_type: str) -> tuple[LookaheadConfig, dict | None]:
+    """Defaults when nothing was measured. On a CPU every packed token costs (fp32: a packed step ~2x
+    a one-token step; bf16 less), so prompt lookup only, with short drafts after weak matches; GPUs
+    get the paper's setting, adapted at run time."""
+    if device_type == "cpu":
+        return CPU_DEFAULT, None
+    return LookaheadConfig(window=15, ngram=5, guesses=15), {"name": "adaptive", "max_window": 24, "start_window": 15}
+
+
+_CODE_REQUEST = re.compile(
+    r"\b(write|implement|complete|fix|refactor|debug)\b.*\b(code|function|program|script|class|method|python|"
+    r"javascript|typescript|java|rust|sql|bash)\b", re.I | re.S)
+
+
+def infer_workload(text: str) -> str:
+    """'code' for text that looks like source code or asks for some (the answer will be code), else 'chat'."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    hits = len(_CODE_HINTS.findall(text))
+    if lines and hits >= max(2, len(lines) // 4):
+        return "code"
+    return "code" if _CODE_REQUEST.search(text) else "chat"
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    hits: int  # reads answered from the cache
+    misses: int  # reads that opened the store and read the profile files
+    probes: int  # hardware probes run
+
+
+@dataclass(frozen=True)
+class _Answers:
+    """What the store and the profile files said for one model, dtype and machine."""
+
+    curve: Any  # StepCurve or None
+    found: Mapping[str, tuple[Any, str]] = field(default_factory=dict)  # workload tag -> (Profile or None, source)
+
+
+def _probe_identity(device: str):
+    from .hardware import probe_hardware
+
+    return probe_hardware(device=device, measure=False)  # identity only: no micro-benchmarks
+
+
+class SettingsResolver:
+    """Settings for models on this machine, resolved once per model and store state.
+
+    ``probe(device)`` describes the machine (default: ``probe_hardware(measure=False)``); it runs
+    once per device and torch thread count. Each read opens the store, reads and closes it; a store
+    that does not exist yet is not created (only the shared files are read). ``maxsize``: how many
+    (model, store state) answers are kept.
+    """
+
+    def __init__(self, *, probe: Callable[[str], Any] | None = None, maxsize: int = 32) -> None:
+        self._probe = probe or _probe_identity
+        self._maxsize = maxsize
+        self._lock = threading.Lock()
+        self._hardware: dict[tuple[str, int], Any] = {}
+        self._fingerprints: OrderedDict[int, tuple[weakref.ref, int, Any, dict[str, str]]] = OrderedDict()
+        self._answers: OrderedDict[tuple, _Answers] = OrderedDict()
+        self._hits = self._misses = self._probes = 0
+
+    def cache_info(self) -> CacheInfo:
+        return CacheInfo(hits=self._hits, misses=self._misses, probes=self._probes)
+
+    def hardware(self, model: torch.nn.Module):
+        """The ``HardwareProfile`` of the device the model runs on."""
+        param = next(model.parameters())
+        device = "cpu" if param.device.type == "cpu" else f"cuda:{param.device.index or 0}"
+        key = (device, torch.get_num_threads())  # threads are part of a CPU's fingerprint
+        with self._lock:
+            found = self._hardware.get(key)
+        if found is None:
+            found = self._probe(device)
+            with self._lock:
+                self._probes += 1
+                self._hardware[key] = found
+        return found
+
+    def fingerprint(self, model: torch.nn.Module) -> dict[str, str]:
+        """``models.model_fingerprint(model)``, hashed once per live model, config object and dtype."""
+        from .models import model_fingerprint
+
+        stamp = (id(model.config), getattr(model, "dtype", None))
+        with self._lock:
+            entry = self._fingerprints.get(id(model))
+        if entry is not None and entry[0]() is model and entry[1:3] == stamp:
+            return entry[3]
+        fp = model_fingerprint(model)
+        with self._lock:
+            self._fingerprints[id(model)] = (weakref.ref(model), *stamp, fp)
+            self._fingerprints.move_to_end(id(model))
+            while len(self._fingerprints) > self._maxsize:
+                self._fingerprints.popitem(last=False)
+        return fp
+
+    def find(self, model: torch.nn.Module, workload: str):
+        """(profile or None, source) for exactly this workload: the store, then the shared JSON
+        files in ``profiles/``; exact hardware first, then the same hardware class."""
+        tag = workload_tag(workload)
+        return self._read(model, [tag]).found[tag]
+
+    def curve(self, model: torch.nn.Module):
+        """This machine's latest step-latency curve for this model and dtype, or None."""
+        return self._read(model, []).curve
+
+    def stored_profile(self, model: torch.nn.Module, workload: str):
+        """(profile, source) for exactly this workload; a ``ConfigError`` that names the fix if there is none."""
+        tag = workload_tag(workload)
+        prof, source = self._read(model, [tag]).found[tag]
+        if prof is None:
+            raise ConfigError(f"no {tag!r} profile for this model, dtype and machine: run "
+                              f"`autolade tune --workload {workload}` or import one (`autolade profiles import FILE`)")
+        return prof, source
+
+    def resolve(self, model: torch.nn.Module, *, workload: str | None = None) -> tuple[LookaheadConfig, str, dict | None]:
+        """(config, source, policy spec) for this model on this machine and ``workload`` (any of
+        its names: ``humaneval`` is ``code``)."""
+        from .curve import default_settings
+
+        tag = workload_tag(workload) if workload else None
+        # the named workload first; a profile of another workload on this machine beats a blind default
+        order = [tag] * bool(tag) + [t for t in WORKLOAD_ORDER if t != tag]
+        answers = self._read(model, order)
+        for t in order:
+            prof, source = answers.found[t]
+            if prof is not None:
+                note = "" if t == tag or not tag else f", no {tag!r} profile"
+                return prof.settings, f"{source} ({t}{note})", prof.policy
+        curve = answers.curve
+        if curve is not None:
+            config = default_settings(curve, workload=tag)
+            if config.lookahead:  # a curve flat enough for a Jacobi window (GPUs)
+                return config, "default (from this machine's step-latency curve)", None
+            # No window pays: scaled prompt lookup. Where even 2 packed tokens cost >1.25x one (fp32 on
+            # small CPUs) the cost-aware policy sizes or skips each draft by the curve: 1.05x-1.12x the
+            # static rule in fp32 here, level with it in bf16, whose curve is smooth (BENCHMARKS.md).
+            if curve.spare_compute() < 2:
+                return SCALED_LOOKUP, "default (cost-aware lookup on this machine's step-latency curve)", {"name": "cost-aware"}
+            return SCALED_LOOKUP, "default (scaled lookup; this machine's step-latency curve)", None
+        config, policy = builtin_default(next(model.parameters()).device.type)
+        return config, "default (built-in; run `autolade tune` for this machine)", policy
+
+    def _read(self, model: torch.nn.Module, tags: Sequence[str]) -> _Answers:
+        """The curve and the profiles of ``tags``: from the cache while the store and the profile
+        files are unchanged, else read (and cached if nothing changed while reading)."""
+        from .paths import repo_profiles_dir, user_dir
+        from .profile_format import model_key
+        from .store import DB_NAME
+
+        hardware, fp = self.hardware(model), self.fingerprint(model)
+        db, dirs = user_dir() / DB_NAME, (repo_profiles_dir(),)
+        stamp = _stamp(db, dirs)
+        key = (str(db), hardware.fingerprint, hardware.hardware_class, model_key(fp), fp["dtype"], stamp)
+        with self._lock:
+            cached = self._answers.get(key)
+            if cached is not None:
+                self._answers.move_to_end(key)
+                if all(t in cached.found for t in tags):
+                    self._hits += 1
+                    return cached
+            self._misses += 1
+        known = cached.found if cached is not None else {}
+        curve, found = _read_store(db, hardware, fp, [t for t in tags if t not in known])
+        answers = _Answers(curve=curve, found={**known, **found})
+        if _stamp(db, dirs) == stamp:  # nothing was written while we read: safe to keep
+            with self._lock:
+                self._answers[key] = answers
+                self._answers.move_to_end(key)
+                while len(self._answers) > self._maxsize:
+                    self._answers.popitem(last=False)
+        return answers
+
+
+def _read_store(db: Path, hardware, fp: dict[str, str], tags: Iterable[str]):
+    """(curve, {tag: (profile or None, source)}): one open of the store, closed again. A store
+    not created yet reads as an empty one (the shared files still count)."""
+    from .store import ProfileStore
+
+    with ProfileStore(db if db.exists() else ":memory:") as store:
+        found = {
+            tag: store.find_profile(hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
+                                    model_fingerprint=fp, dtype=fp["dtype"], workload=tag)
+            for tag in tags
+        }
+        curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    return curve, found
+
+
+def _stamp(db: Path, dirs: Iterable[Path]) -> tuple:
+    """What changes when a profile or curve is saved: the store file and its WAL journal
+    (mtime, size), and each profiles dir's JSON files (name, mtime, size)."""
+    parts: list[Any] = []
+    for path in (db, db.with_name(db.name + "-wal")):
+        try:
+            st = path.stat()
+            parts.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            parts.append(None)
+    for folder in dirs:
+        try:
+            with os.scandir(folder) as entries:
+                files = [(e.name, e.stat().st_mtime_ns, e.stat().st_size) for e in entries if e.name.endswith(".json")]
+            parts.append(tuple(sorted(files)))
+        except OSError:
+            parts.append(None)
+    return tuple(parts)
+
+
+@functools.cache
+def default_resolver() -> SettingsResolver:
+    """The process's resolver: generate() and bench share its cache."""
+    return SettingsResolver()
+
+
+def resolve_settings(model: torch.nn.Module, *, workload: str | None = None) -> tuple[LookaheadConfig, str, dict | None]:
+    """(config, source, policy spec) for this model on this machine; see ``SettingsResolver.resolve``."""
+    return default_resolver().resolve(model, workload=workload)
+
+
+def stored_cost(model: torch.nn.Module):
+    """c(k) in ms (``StepCurve.cost``) from this machine's stored step-latency curve for this model
+    and dtype, or None when none was measured."""
+    curve = default_resolver().curve(model)
+    return curve.cost if curve is not None else None
+
+
+def stored_profile(model: torch.nn.Module, workload: str):
+    """(profile, source) for exactly this workload; a ``ConfigError`` that names the fix if there is none."""
+    return default_resolver().stored_profile(model, workload)

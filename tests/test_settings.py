@@ -1,0 +1,209 @@
+"""Settings resolution: stored profiles by workload under any of its names, the clear error when one
+is missing, curve and built-in defaults, resolving once per model and store state, held-out sets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autolade.bench import load_sets
+from autolade.config import LookaheadConfig
+from autolade.errors import ConfigError
+from autolade.hardware import probe_hardware
+from autolade.models import model_fingerprint
+from autolade.profile_format import Profile
+from autolade.prompts import load_workload, split_workload, workload_tag
+from autolade.settings import (
+    CPU_DEFAULT,
+    SettingsResolver,
+    builtin_default,
+    default_resolver,
+    infer_workload,
+    resolve_settings,
+    stored_profile,
+)
+from autolade.store import ProfileStore
+
+from tiny import repetitive_prompt, tiny_llama
+
+CHAT = LookaheadConfig(window=0, guesses=0, prompt_lookup=8, prompt_lookup_ngram=3)
+CODE = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_scaled=True,
+                       prompt_lookup_ngram=4)
+
+
+@pytest.fixture
+def llama(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
+    return tiny_llama()
+
+
+def save_profile(model, workload: str, settings: LookaheadConfig, policy: dict | None) -> int:
+    """A profile in this AUTOLADE_HOME's store, keyed as tune keys the winner it saves."""
+    hw = probe_hardware(device="cpu", measure=False)
+    fp = model_fingerprint(model)
+    tag = workload_tag(workload)
+    prof = Profile(
+        hardware_fingerprint=hw.fingerprint, hardware_class=hw.hardware_class,
+        hardware_summary="test", model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=fp["dtype"],
+        workload=tag, settings=settings, policy=policy, speedup=1.2, tokens_per_s=12.0,
+        baseline_tokens_per_s=10.0, prompt_set=f"{tag}[held-out 3]",
+    )
+    with ProfileStore() as store:
+        return store.save(prof)
+
+
+def test_stored_profile_by_workload_and_missing_one_names_the_fix(llama):
+    with pytest.raises(ConfigError, match="autolade tune --workload code"):
+        stored_profile(llama, "code")
+    pid = save_profile(llama, "code", CODE, {"name": "lookup"})
+    prof, source = stored_profile(llama, "humaneval")  # the built-in workload's other name
+    assert prof.settings == CODE and prof.policy == {"name": "lookup"} and source == f"store:exact:#{pid}"
+    with pytest.raises(ConfigError, match="'chat' profile"):
+        stored_profile(llama, "chat")
+    # generate() with no settings: the named workload, else another workload's profile, and says which
+    config, source, policy = resolve_settings(llama, workload="chat")
+    assert config == CODE and "no 'chat' profile" in source
+
+
+@pytest.mark.slow
+def test_heldout_sets_are_the_tuners_holdout_split():
+    held = load_sets(["code"], heldout=True)["code"]
+    tune_split, hold_split = split_workload(load_workload("code"))
+    assert [p.id for p in held] == [p.id for p in hold_split]
+    assert not {p.id for p in held} & {p.id for p in tune_split}
+    assert len(held) == round(0.3 * 164)
+    assert [p.id for p in load_sets(["code"], heldout=True, limit=4)["code"]] == [p.id for p in hold_split[:4]]
+
+
+def test_builtin_defaults_by_device():
+    config, policy = builtin_default("cpu")
+    assert config == CPU_DEFAULT and policy is None and not config.lookahead and config.prompt_lookup_scaled
+    config, policy = builtin_default("cuda")
+    assert (config.window, config.ngram, config.guesses) == (15, 5, 15) and policy["name"] == "adaptive"
+
+
+def test_no_profile_falls_back_to_the_builtin_default_and_says_so(llama):
+    config, source, policy = resolve_settings(llama, workload="code")
+    assert config == CPU_DEFAULT and policy is None and source.startswith("default (built-in")
+
+
+def _save_curve(model, points):
+    from autolade.curve import StepCurve
+
+    hw = probe_hardware(device="cpu", measure=False)
+    fp = model_fingerprint(model)
+    with ProfileStore() as store:
+        store.save_curve(StepCurve(points=points), hardware_fingerprint=hw.fingerprint, hardware_class=hw.hardware_class,
+                         hardware_summary="test", model_fingerprint=fp, dtype=fp["dtype"])
+
+
+def test_a_stored_cpu_curve_gives_cost_aware_scaled_lookup(llama):
+    # the fp32 curve of DESIGN.md: a packed step costs ~2x a one-token step; no window pays
+    _save_curve(llama, {300: {1: 58.0, 2: 117.0, 4: 115.0, 8: 102.0, 16: 124.0, 32: 152.0, 64: 228.0}})
+    for workload in ("chat", "code"):
+        config, source, policy = resolve_settings(llama, workload=workload)
+        assert config == CPU_DEFAULT and policy == {"name": "cost-aware"} and "step-latency curve" in source
+
+
+def test_a_smooth_cpu_curve_gives_static_scaled_lookup(llama):
+    # the bf16 curve measured here: 2-6 packed tokens cost ~1.1x one, wider steps much more
+    _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4, 16: 33.6, 32: 42.5, 64: 62.7, 128: 101.3}})
+    config, source, policy = resolve_settings(llama, workload="chat")
+    assert config == CPU_DEFAULT and policy is None and "step-latency curve" in source
+
+
+def test_a_flat_curve_gives_the_curve_default_with_a_window(llama):
+    _save_curve(llama, {300: {1: 10.0, 8: 10.0, 32: 10.2, 128: 10.5}})  # a GPU: packed tokens are free
+    config, source, policy = resolve_settings(llama, workload="chat")
+    assert config.lookahead and config.window >= 2 and policy is None and "step-latency curve" in source
+
+
+def test_generate_with_the_cost_aware_policy_uses_the_stored_curve(llama):
+    from autolade import generate
+    from tiny import hf_greedy
+
+    ids = repetitive_prompt(seed=1)
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_ngram=4)
+    with pytest.raises(ConfigError, match="autolade profile"):
+        generate(llama, ids, max_new_tokens=8, config=cfg, policy="cost-aware")
+    _save_curve(llama, {256: {1: 10.0, 4: 10.5, 16: 12.0, 32: 15.0}})
+    res = generate(llama, ids, max_new_tokens=48, config=cfg, policy="cost-aware")
+    assert res.sequences[0, ids.shape[1]:].tolist() == hf_greedy(llama, ids, 48)
+    assert res.stats.policy == "cost-aware" and res.stats.tokens_per_step > 1.0
+
+
+@pytest.mark.parametrize("text, workload", [
+    ("def f(x):\n    return x + 1\n", "code"),
+    ("Write a Python function that checks whether a number is prime.", "code"),
+    ("Please fix this SQL query: select * form t", "code"),
+    ("Explain recursion to a child.", "chat"),
+    ("Write a persuasive essay about city parks.", "chat"),
+])
+def test_infer_workload_from_the_prompt(text, workload):
+    assert infer_workload(text) == workload
+
+
+def test_generate_finds_a_workload_by_any_of_its_names(llama):
+    # humaneval is the code workload: its profile, not the chat one tried before it in the fallback order
+    save_profile(llama, "chat", CHAT, None)
+    save_profile(llama, "code", CODE, None)
+    from autolade import generate
+
+    for name in ("humaneval", "human-eval", "Code"):
+        res = generate(llama, repetitive_prompt(), max_new_tokens=4, workload=name)
+        assert res.stats.settings == CODE.to_dict() and res.stats.settings_source.endswith("(code)")
+    res = generate(llama, repetitive_prompt(), max_new_tokens=4, workload="mt_bench")
+    assert res.stats.settings == CHAT.to_dict() and res.stats.settings_source.endswith("(chat)")
+
+
+def test_a_profile_tuned_on_mtbench_is_the_chat_profile(llama):
+    save_profile(llama, "code", CODE, None)
+    save_profile(llama, "mtbench", CHAT, None)  # `autolade tune --workload mtbench` saves under workload_tag
+    from autolade import generate
+
+    res = generate(llama, repetitive_prompt(), max_new_tokens=4, workload="chat")
+    assert res.stats.settings == CHAT.to_dict() and res.stats.settings_source.endswith("(chat)")
+    prof, _ = stored_profile(llama, "mt-bench")
+    assert prof.workload == "chat" and prof.settings == CHAT
+
+
+def test_generate_resolves_once_and_sees_a_profile_saved_since(llama, tmp_path):
+    from autolade import generate
+
+    ids = repetitive_prompt()
+    before = default_resolver().cache_info()
+    first = generate(llama, ids, max_new_tokens=4, workload="code")
+    second = generate(llama, ids, max_new_tokens=4, workload="code")
+    after = default_resolver().cache_info()
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
+    assert first.stats.settings_source == second.stats.settings_source and "built-in" in first.stats.settings_source
+    assert not (tmp_path / "home" / "autolade.db").exists()  # reading settings creates no store
+    pid = save_profile(llama, "code", CODE, None)
+    third = generate(llama, ids, max_new_tokens=4, workload="code")
+    assert third.stats.settings_source == f"store:exact:#{pid} (code)" and third.stats.settings == CODE.to_dict()
+    assert default_resolver().cache_info().misses == after.misses + 1
+
+
+def test_the_resolver_probes_hardware_once_per_device(llama):
+    probed = []
+
+    def probe(device):
+        probed.append(device)
+        return probe_hardware(device=device, measure=False)
+
+    resolver = SettingsResolver(probe=probe)
+    for workload in ("chat", "code", "data/my-set.jsonl", "my-set", "chat"):
+        assert resolver.resolve(llama, workload=workload)[1].startswith("default (built-in")
+    info = resolver.cache_info()
+    assert probed == ["cpu"] and info.probes == 1
+    # chat reads general, chat and code at once; my-set is read once, under either of its names
+    assert (info.misses, info.hits) == (2, 3)
+    pid = save_profile(llama, "general", CHAT, None)
+    assert resolver.resolve(llama)[1] == f"store:exact:#{pid} (general)" and probed == ["cpu"]
+
+
+def test_the_fingerprint_follows_the_model_dtype(llama):
+    resolver = SettingsResolver()
+    assert resolver.fingerprint(llama) == model_fingerprint(llama)
+    half = tiny_llama(dtype=torch.bfloat16)
+    assert resolver.fingerprint(half)["dtype"] == "bfloat16" and resolver.fingerprint(llama)["dtype"] == "float32"
