@@ -324,7 +324,8 @@ def parse_duration(text: str | None) -> float | None:
 @click.option("--workload", "-w", default="chat", show_default=True, help="chat, code, or a .jsonl/.txt file of prompts")
 @click.option("--trials", type=int, default=40, show_default=True)
 @click.option("--budget", default=None, help="stop starting trials after this long (e.g. 20m)")
-@click.option("--storage", default=None, help="Optuna RDB URL (default: sqlite in the user dir); share it to tune from several machines")
+@click.option("--storage", default=None, help="Optuna storage shared by every worker of the study: sqlite:///PATH (default: the user dir), "
+              "journal:PATH (or PATH.log), postgresql://USER@HOST/DB (several machines)")
 @click.option("--study", "study_name", default=None, help="study name (default: model-dtype-workload-hardware)")
 @click.option("--max-new-tokens", type=int, default=64, show_default=True)
 @click.option("--tune-prompts", type=int, default=5, show_default=True)

@@ -331,8 +331,8 @@ def tune(
     import optuna
 
     from .models import dtype_name, eos_ids, model_fingerprint
-    from .paths import user_dir
     from .prompts import HOLDOUT_FRACTION, encode_prompt, load_workload, split_workload
+    from .study_storage import default_storage_url, done_trials, open_storage, open_study, run_trials
 
     opts = options or TuneOptions()
     if curve is None and opts.search_cost_aware:
@@ -348,28 +348,23 @@ def tune(
     runner = Runner(model, max_new_tokens=opts.max_new_tokens, eos=eos_ids(model),
                     cost=curve.cost if curve is not None else None)
     hw_fp = hardware.fingerprint if hardware is not None else "unknown"
-    storage = storage or f"sqlite:///{user_dir() / 'optuna.db'}"
+    storage = storage or default_storage_url()
     study_name = study_name or study_name_for(hw_fp, model_name, dtype, tag)
     max_window = _curve_max_window(curve, opts)
 
-    try:
-        study = optuna.create_study(
-            study_name=study_name, storage=storage, load_if_exists=True, direction="maximize",
-            sampler=optuna.samplers.TPESampler(seed=opts.seed, n_startup_trials=8),
-            pruner=optuna.pruners.MedianPruner(n_startup_trials=6, n_warmup_steps=1),
-        )
-    except Exception as exc:  # bad URL, locked or foreign database
-        raise ConfigError(f"cannot open the Optuna study {study_name!r} in {storage}: {exc}") from None
-    finished = [t for t in study.trials if t.state.is_finished()]
-    if not study.trials:
+    def first_trials() -> list[dict[str, Any]]:  # enqueued once, by the worker that creates the study
         best_existing = None
         if store is not None and hardware is not None:
             prof, _ = store.find_profile(hardware_fingerprint=hw_fp, hardware_class=hardware.hardware_class,
                                          model_fingerprint=model_fingerprint(model), dtype=dtype, workload=tag)
             if prof is not None:
                 best_existing = _params_of(prof.settings, prof.policy)
-        for params in warm_starts(curve, best_existing, max_window):
-            study.enqueue_trial(params, skip_if_exists=True)
+        return warm_starts(curve, best_existing, max_window)
+
+    study = open_study(storage=open_storage(storage), study_name=study_name, warm_starts=first_trials,
+                       sampler=optuna.samplers.TPESampler(seed=opts.seed, n_startup_trials=8),
+                       pruner=optuna.pruners.MedianPruner(n_startup_trials=6, n_warmup_steps=1))
+    finished = done_trials(study)
     remaining = max(opts.trials - len(finished), 0)
     log(f"study {study_name!r} in {storage}: {len(finished)} trials done, {remaining} to run")
 
@@ -393,9 +388,7 @@ def tune(
         trial.set_user_attr("gaps", m.gaps)
         return m.ratio()
 
-    if remaining:
-        study.optimize(objective, n_trials=remaining, timeout=opts.budget_s, catch=(ExactnessError,),
-                       show_progress_bar=progress, gc_after_trial=False)
+    run_trials(study, objective, trials=opts.trials, budget_s=opts.budget_s, catch=(ExactnessError,), progress=progress)
 
     done = sorted((t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE),
                   key=lambda t: t.value, reverse=True)
@@ -429,7 +422,7 @@ def tune(
             log(f"  paper's setting diverged: {exc}")
     result = TuneResult(
         best=best, holdout=hold, speedup=hold.ratio(), ci=bootstrap_ci(hold.greedy_s, hold.ours_s, seed=opts.seed),
-        vs_pld=hold.ratio(hold.pld_s), study_name=study_name, storage=storage, trials_run=len(study.trials),
+        vs_pld=hold.ratio(hold.pld_s), study_name=study_name, storage=storage, trials_run=len(done_trials(study)),
         finalists=finals,
     )
     if store is not None and hardware is not None:
