@@ -371,5 +371,55 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
     click.echo(f"profile #{res.profile_id} saved; report {res.report_png}; study {res.study_name!r} ({res.trials_run} trials)")
 
 
+# --- accept (acceptance tables: hardware-free) ----------------------------------------------
+
+
+@cli.command("accept")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
+@click.option("--workload", "-w", default="chat", show_default=True, help="chat, code, or a .jsonl/.txt file of prompts")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts measured per setting")
+@click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="also write the table as shareable JSON")
+@clean_errors
+def accept_command(model, workload, dtype, n_prompts, max_new_tokens, output):
+    """Measure how many tokens each candidate setting accepts per step (never timed: hardware-free).
+
+    Saved to the store after every setting, so an interrupted run keeps what it measured."""
+    import platform
+
+    from . import api
+    from .acceptance import default_grid, measure_acceptance, write_acceptance_file
+    from .prompts import encode_prompt, load_workload
+    from .store import ProfileStore
+    from .tune import workload_tag
+
+    if n_prompts < 1:
+        raise click.BadParameter("--prompts must be at least 1")
+    click.echo(f"loading {model} ({dtype})...", err=True)
+    mdl, tok = api.load(model, dtype=dtype)
+    prompts = load_workload(workload, limit=n_prompts)
+    ids = [encode_prompt(tok, p.text, kind=p.kind) for p in prompts]
+    tag = workload_tag(workload)
+    grid = default_grid()
+    click.echo(f"measuring {len(grid)} settings on {len(ids)} {tag} prompts x {max_new_tokens} tokens...", err=True)
+    with ProfileStore() as store:
+
+        def save(table):
+            store.save_acceptance(table)
+            if output:
+                write_acceptance_file(table, output)
+
+        table = measure_acceptance(
+            mdl, ids, grid, max_new_tokens=max_new_tokens, workload=tag, tokenizer=tok,
+            prompt_set=f"{tag}[:{len(ids)}]", measured_on=platform.node(),
+            progress=lambda m: click.echo(m, err=True), on_row=save,
+        )  # fmt: skip
+        click.echo(f"saved acceptance table ({len(table.rows)} settings, {table.model_fingerprint} {table.dtype} "
+                   f"{table.workload}, tokenizer {table.tokenizer_fingerprint}) to {store.path}")
+    if output:
+        click.echo(f"wrote {output}")
+
+
 def main() -> None:  # pragma: no cover - console entry
     cli()
