@@ -68,7 +68,7 @@ class Setting:
         return self.config.greedy_only
 
     @classmethod
-    def of(cls, config: LookaheadConfig, *, policy: str = "static") -> "Setting":
+    def of(cls, config: LookaheadConfig, *, policy: str = "static") -> Setting:
         """A Setting labelled from its config, e.g. "W4 N4 G4 + lookup 10x2" or "policy lookup: lookup 10x2"."""
         parts = []
         if config.lookahead:
@@ -191,7 +191,7 @@ class AcceptanceTable:
                 return r
         raise KeyError(f"no row {label!r}; rows: {', '.join(r.label for r in self.rows)}")
 
-    def with_row(self, row: AcceptanceRow) -> "AcceptanceTable":
+    def with_row(self, row: AcceptanceRow) -> AcceptanceTable:
         """This table with one more row (a label already present is replaced)."""
         return replace(self, rows=(*(r for r in self.rows if r.label != row.label), row))
 
@@ -230,7 +230,7 @@ class AcceptanceTable:
         return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
 
     @classmethod
-    def from_dict(cls, data: Any) -> "AcceptanceTable":
+    def from_dict(cls, data: Any) -> AcceptanceTable:
         if not isinstance(data, dict):
             raise ProfileError(f"an acceptance table must be a JSON object, got {type(data).__name__}")
         if data.get("format") != FORMAT:
@@ -258,7 +258,7 @@ class AcceptanceTable:
         )
 
     @classmethod
-    def from_json(cls, text: str, *, source: str = "acceptance table") -> "AcceptanceTable":
+    def from_json(cls, text: str, *, source: str = "acceptance table") -> AcceptanceTable:
         """Parse JSON text (plain json: nothing executed) and validate it; ProfileError names the source."""
         try:
             data = json.loads(text)
@@ -504,7 +504,7 @@ def measure_acceptance(
     prompt_set: str = "",
     measured_on: str = "",
     progress: Callable[[str], None] | None = None,
-    on_row: Callable[["AcceptanceTable"], None] | None = None,
+    on_row: Callable[[AcceptanceTable], None] | None = None,
 ) -> AcceptanceTable:
     """Measure every setting (``default_grid()`` if None) on every prompt (token ids: a list or
     [1, T] / [T] tensors) and return the table. ``on_row`` gets the table so far after each setting,
