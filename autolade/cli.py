@@ -390,7 +390,7 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, output):
 
     from . import api
     from .acceptance import default_grid, measure_acceptance, write_acceptance_file
-    from .prompts import encode_prompt, load_workload
+    from .prompts import HOLDOUT_FRACTION, encode_prompt, load_workload, split_workload
     from .store import ProfileStore
     from .tune import workload_tag
 
@@ -398,7 +398,8 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, output):
         raise click.BadParameter("--prompts must be at least 1")
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype)
-    prompts = load_workload(workload, limit=n_prompts)
+    # the tuning split only: the held-out prompts stay unseen by every table, profile and tune
+    prompts = split_workload(load_workload(workload), holdout_fraction=HOLDOUT_FRACTION)[0][:n_prompts]
     ids = [encode_prompt(tok, p.text, kind=p.kind) for p in prompts]
     tag = workload_tag(workload)
     grid = default_grid()
@@ -412,7 +413,7 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, output):
 
         table = measure_acceptance(
             mdl, ids, grid, max_new_tokens=max_new_tokens, workload=tag, tokenizer=tok,
-            prompt_set=f"{tag}[:{len(ids)}]", measured_on=platform.node(),
+            prompt_set=f"{tag} tuning split[:{len(ids)}]", measured_on=platform.node(),
             progress=lambda m: click.echo(m, err=True), on_row=save,
         )  # fmt: skip
         click.echo(f"saved acceptance table ({len(table.rows)} settings, {table.model_fingerprint} {table.dtype} "
