@@ -505,11 +505,14 @@ def measure_acceptance(
     measured_on: str = "",
     progress: Callable[[str], None] | None = None,
     on_row: Callable[[AcceptanceTable], None] | None = None,
+    resume_from: AcceptanceTable | None = None,
 ) -> AcceptanceTable:
     """Measure every setting (``default_grid()`` if None) on every prompt (token ids: a list or
     [1, T] / [T] tensors) and return the table. ``on_row`` gets the table so far after each setting,
     so a caller can save as it goes and an interrupted run keeps its complete rows; ``progress`` gets
-    one line per setting. Greedy decoding only: acceptance of sampled decoding is not tabulated."""
+    one line per setting. Greedy decoding only: acceptance of sampled decoding is not tabulated.
+    ``resume_from``: an earlier, interrupted table of the same model, tokenizer, dtype, workload,
+    prompt set and length; its rows are kept and their settings not measured again."""
     from .models import model_fingerprint
 
     settings = tuple(default_grid() if settings is None else settings)
@@ -520,14 +523,20 @@ def measure_acceptance(
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 2:
         raise ProfileError(f"max_new_tokens must be an integer >= 2, got {max_new_tokens!r}")
     fp = model_fingerprint(model)
-    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
     table = AcceptanceTable(
         model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=fp["dtype"],
-        tokenizer_fingerprint=tokenizer_fingerprint(tokenizer, vocab_size=getattr(cfg, "vocab_size", None)),
+        tokenizer_fingerprint=model_tokenizer_fingerprint(model, tokenizer),
         workload=workload, max_new_tokens=max_new_tokens, prompts=len(prompts), rows=(),
         prompt_set=prompt_set, measured_on=measured_on,
     )  # fmt: skip
+    if resume_from is not None and _same_measurement(resume_from, table):
+        table = replace(table, rows=resume_from.rows, created=resume_from.created)
+    done = {row.label for row in table.rows}
     for i, setting in enumerate(settings, 1):
+        if setting.label in done:
+            if progress is not None:
+                progress(f"[{i}/{len(settings)}] {setting.label:<34} measured before (resumed)")
+            continue
         row = measure_row(model, prompts, setting, max_new_tokens=max_new_tokens)
         table = table.with_row(row)
         if progress is not None:
@@ -536,3 +545,33 @@ def measure_acceptance(
         if on_row is not None:
             on_row(table)
     return table
+
+
+def model_tokenizer_fingerprint(model: Any, tokenizer: Any = None) -> str:
+    """``tokenizer_fingerprint`` of a model's tokenizer, with the vocabulary size from its config."""
+    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+    return tokenizer_fingerprint(tokenizer, vocab_size=getattr(cfg, "vocab_size", None))
+
+
+def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:
+    """Whether ``a`` was measured on the same model, tokenizer, dtype, workload, prompts and length as ``b``."""
+    keys = ("model_name", "model_config_hash", "tokenizer_fingerprint", "dtype", "workload", "max_new_tokens",
+            "prompts", "prompt_set")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def compact_grid() -> tuple[Setting, ...]:
+    """A 13-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
+    greedy, the prompt-lookup family, and one window per size class up to the paper's W=15 N=5 G=15."""
+    labels = {s.label: s for s in default_grid()}
+    keep = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP),
+            Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=1)),
+            Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=4, prompt_lookup_drafts=3)),
+            Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=2), policy="lookup")]
+    for w, n, g in ((2, 3, 2), (4, 3, 4), (4, 4, 4), (7, 4, 7), (10, 5, 10), (15, 5, 15)):
+        keep.append(Setting.of(LookaheadConfig(window=w, ngram=n, guesses=g, prompt_lookup=0)))
+    keep += [Setting.of(SCALED_LOOKUP.with_(window=4, ngram=4, guesses=4)),
+             Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15))]
+    missing = [s.label for s in keep if s.label not in labels]
+    assert not missing, missing  # every compact setting is one of the full grid's
+    return tuple(keep)

@@ -380,16 +380,24 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts measured per setting")
 @click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
+@click.option("--grid", type=click.Choice(["full", "compact"]), default="full", show_default=True,
+              help="candidate settings: full (34) or compact (13)")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="also write the table as shareable JSON")
 @clean_errors
-def accept_command(model, workload, dtype, n_prompts, max_new_tokens, output):
+def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, output):
     """Measure how many tokens each candidate setting accepts per step (never timed: hardware-free).
 
     Saved to the store after every setting, so an interrupted run keeps what it measured."""
     import platform
 
     from . import api
-    from .acceptance import default_grid, measure_acceptance, write_acceptance_file
+    from pathlib import Path
+
+    from .acceptance import (
+        compact_grid, default_grid, measure_acceptance, model_tokenizer_fingerprint, read_acceptance_file,
+        write_acceptance_file,
+    )
+    from .models import model_fingerprint
     from .prompts import HOLDOUT_FRACTION, encode_prompt, load_workload, split_workload
     from .store import ProfileStore
     from .tune import workload_tag
@@ -402,9 +410,13 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, output):
     prompts = split_workload(load_workload(workload), holdout_fraction=HOLDOUT_FRACTION)[0][:n_prompts]
     ids = [encode_prompt(tok, p.text, kind=p.kind) for p in prompts]
     tag = workload_tag(workload)
-    grid = default_grid()
+    grid = compact_grid() if grid == "compact" else default_grid()
     click.echo(f"measuring {len(grid)} settings on {len(ids)} {tag} prompts x {max_new_tokens} tokens...", err=True)
     with ProfileStore() as store:
+        # an interrupted run resumes: the -o file if it exists (a corrupt one stops here, untouched), else the store
+        resume = read_acceptance_file(output) if output and Path(output).exists() else store.find_acceptance(
+            model_fingerprint=model_fingerprint(mdl), tokenizer_fingerprint=model_tokenizer_fingerprint(mdl, tok),
+            workload=tag, dtype=dtype)
 
         def save(table):
             store.save_acceptance(table)
@@ -414,7 +426,7 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, output):
         table = measure_acceptance(
             mdl, ids, grid, max_new_tokens=max_new_tokens, workload=tag, tokenizer=tok,
             prompt_set=f"{tag} tuning split[:{len(ids)}]", measured_on=platform.node(),
-            progress=lambda m: click.echo(m, err=True), on_row=save,
+            progress=lambda m: click.echo(m, err=True), on_row=save, resume_from=resume,
         )  # fmt: skip
         click.echo(f"saved acceptance table ({len(table.rows)} settings, {table.model_fingerprint} {table.dtype} "
                    f"{table.workload}, tokenizer {table.tokenizer_fingerprint}) to {store.path}")
