@@ -374,3 +374,67 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
                f"{sum(res.holdout.tokens) / max(sum(res.holdout.steps), 1):.2f} tokens/step, "
                f"{sum(res.holdout.steps)} steps")
     click.echo(f"profile #{res.profile_id} saved; report {res.report_png}; study {res.study_name!r} ({res.trials_run} trials)")
+
+
+# --- accept (acceptance tables: hardware-free) ----------------------------------------------
+
+
+@cli.command("accept")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
+@click.option("--workload", "-w", default="chat", show_default=True, help="chat, code, or a .jsonl/.txt file of prompts")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts measured per setting")
+@click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
+@click.option("--grid", type=click.Choice(["full", "compact"]), default="full", show_default=True,
+              help="candidate settings: full (34) or compact (13)")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="also write the table as shareable JSON")
+@clean_errors
+def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, output):
+    """Measure how many tokens each candidate setting accepts per step (never timed: hardware-free).
+
+    Saved to the store after every setting, so an interrupted run keeps what it measured."""
+    import platform
+
+    from . import api
+    from pathlib import Path
+
+    from .acceptance import (
+        compact_grid, default_grid, measure_acceptance, model_tokenizer_fingerprint, read_acceptance_file,
+        write_acceptance_file,
+    )
+    from .models import model_fingerprint
+    from .prompts import HOLDOUT_FRACTION, encode_prompt, load_workload, split_workload, workload_tag
+    from .store import ProfileStore
+
+    if n_prompts < 1:
+        raise click.BadParameter("--prompts must be at least 1")
+    click.echo(f"loading {model} ({dtype})...", err=True)
+    mdl, tok = api.load(model, dtype=dtype)
+    # the tuning split only: the held-out prompts stay unseen by every table, profile and tune
+    prompts = split_workload(load_workload(workload), holdout_fraction=HOLDOUT_FRACTION)[0][:n_prompts]
+    ids = [encode_prompt(tok, p.text, kind=p.kind) for p in prompts]
+    tag = workload_tag(workload)
+    grid = compact_grid() if grid == "compact" else default_grid()
+    click.echo(f"measuring {len(grid)} settings on {len(ids)} {tag} prompts x {max_new_tokens} tokens...", err=True)
+    with ProfileStore() as store:
+        # an interrupted run resumes: the -o file if it exists (a corrupt one stops here, untouched), else the store
+        resume = read_acceptance_file(output) if output and Path(output).exists() else store.find_acceptance(
+            model_fingerprint=model_fingerprint(mdl), tokenizer_fingerprint=model_tokenizer_fingerprint(mdl, tok),
+            workload=tag, dtype=dtype)
+
+        def save(table):
+            store.save_acceptance(table)
+            if output:
+                write_acceptance_file(table, output)
+
+        table = measure_acceptance(
+            mdl, ids, grid, max_new_tokens=max_new_tokens, workload=tag, tokenizer=tok,
+            prompt_set=f"{tag} tuning split[:{len(ids)}]", measured_on=platform.node(),
+            progress=lambda m: click.echo(m, err=True), on_row=save, resume_from=resume,
+        )  # fmt: skip
+        click.echo(f"saved acceptance table ({len(table.rows)} settings, {table.model_fingerprint} {table.dtype} "
+                   f"{table.workload}, tokenizer {table.tokenizer_fingerprint}) to {store.path}")
+    if output:
+        click.echo(f"wrote {output}")
+
+

@@ -117,11 +117,32 @@ def _m0003_indexes(db: sqlite_utils.Database) -> None:
     db["curves"].create_index(["model_fingerprint", "dtype", "hardware_fingerprint"], index_name="idx_curves_key")
 
 
+def _m0004_acceptance(db: sqlite_utils.Database) -> None:
+    db["acceptance"].create(
+        {
+            "id": int,
+            "model_name": str,
+            "model_config_hash": str,
+            "model_fingerprint": str,
+            "tokenizer_fingerprint": str,
+            "workload": str,
+            "dtype": str,
+            "acceptance_table": str,  # AcceptanceTable JSON
+            "created": str,
+            "autolade_version": str,
+        },
+        pk="id",
+        not_null={"model_fingerprint", "tokenizer_fingerprint", "workload", "dtype", "acceptance_table"},
+    )
+    db["acceptance"].create_index(["model_fingerprint", "tokenizer_fingerprint", "workload", "dtype"], index_name="idx_acceptance_key")
+
+
 Migration = tuple[str, Callable[[sqlite_utils.Database], None]]
 MIGRATIONS: tuple[Migration, ...] = (
     ("0001_profiles", _m0001_profiles),
     ("0002_curves", _m0002_curves),
     ("0003_indexes", _m0003_indexes),
+    ("0004_acceptance", _m0004_acceptance),
 )
 
 
@@ -364,6 +385,53 @@ class ProfileStore:
             rows = list(self.db.query(sql, [hardware_fingerprint, model_fingerprint, dtype]))
         curves = [StepCurve.from_dict(json.loads(row["curve"])) for row in rows]
         return next((c for c in curves if not c.noisy_points()), curves[0] if curves else None)
+
+    # -- acceptance tables (autolade.acceptance: hardware-free, keyed by model, tokenizer, workload, dtype)
+
+    def save_acceptance(self, table: Any) -> int:
+        """Store an ``AcceptanceTable`` (validated on construction); returns its id. A table with the
+        same key and ``created`` (the same measuring run, saved again with more rows) replaces that row."""
+        from .acceptance import AcceptanceTable
+
+        if not isinstance(table, AcceptanceTable) or not table.rows:
+            raise ProfileError("save_acceptance needs an AcceptanceTable with at least one row")
+        row = {
+            "model_name": table.model_name,
+            "model_config_hash": table.model_config_hash,
+            "model_fingerprint": table.model_fingerprint,
+            "tokenizer_fingerprint": table.tokenizer_fingerprint,
+            "workload": table.workload,
+            "dtype": table.dtype,
+            "acceptance_table": table.to_json(),
+            "created": table.created,
+            "autolade_version": table.autolade_version,
+        }
+        key = [row[k] for k in ("model_fingerprint", "tokenizer_fingerprint", "workload", "dtype", "created")]
+        sql = ("select id from acceptance where model_fingerprint = ? and tokenizer_fingerprint = ? and workload = ? "
+               "and dtype = ? and created = ? order by id desc limit 1")
+        with self._errors("save an acceptance table to"), self._write():
+            found = list(self.db.query(sql, key))
+            if found:
+                self.db["acceptance"].update(found[0]["id"], row)
+                return found[0]["id"]
+            return self.db["acceptance"].insert(row).last_pk
+
+    def find_acceptance(self, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str, workload: str,
+                        dtype: str) -> Any:
+        """The most recent ``AcceptanceTable`` for this key, or None."""
+        from .acceptance import AcceptanceTable
+
+        model_fingerprint = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
+        sql = ("select id, acceptance_table from acceptance where model_fingerprint = ? and tokenizer_fingerprint = ? "
+               "and workload = ? and dtype = ? order by created desc, id desc limit 1")
+        with self._errors("read"):
+            rows = list(self.db.query(sql, [model_fingerprint, tokenizer_fingerprint, workload, dtype]))
+        if not rows:
+            return None
+        try:
+            return AcceptanceTable.from_json(rows[0]["acceptance_table"], source=f"stored acceptance table #{rows[0]['id']}")
+        except ProfileError as exc:
+            raise StoreError(str(exc)) from None
 
     # -- internals
 

@@ -85,7 +85,7 @@ def test_migrate_applies_only_what_is_missing():
     db = sqlite_utils.Database(memory=True)
     assert migrate(db, MIGRATIONS[:1]) == ["0001_profiles"]
     assert "curves" not in db.table_names()
-    assert migrate(db) == ["0002_curves", "0003_indexes"]
+    assert migrate(db) == [name for name, _ in MIGRATIONS[1:]]
     later = (*MIGRATIONS, ("0099_test_column", lambda d: d["profiles"].add_column("extra", str)))
     assert migrate(db, later) == ["0099_test_column"]
     assert "extra" in db["profiles"].columns_dict

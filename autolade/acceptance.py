@@ -1,0 +1,577 @@
+"""Acceptance tables: how many tokens each setting accepts per step, measured once per model and workload.
+
+Under greedy decoding the tokens a step accepts depend on the model, the workload and the
+setting, never on the hardware (the output is the same token sequence everywhere); what a step
+costs depends on the hardware, and the step curve c(k) measures that. An ``AcceptanceTable``
+holds the first half, so it travels between machines: ``autolade.predict`` prices it with the
+local curve.
+
+Only settings whose plan depends on acceptance alone are tabulated: static settings (the
+``static`` policy) and the ``lookup`` policy (its draft length follows accepted drafts).
+``adaptive`` and ``cost-aware`` read step times or the machine's c(k) to plan, so what they
+accept is itself hardware-dependent: they are refused here.
+
+JSON (``to_json``/``from_json``) is plain data validated field by field; nothing is unpickled
+or executed. Every failure is a ``ProfileError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .config import GREEDY, SCALED_LOOKUP, LookaheadConfig
+from .errors import ConfigError, ProfileError
+from .profile_format import DTYPES, autolade_version, now_iso
+
+FORMAT = "autolade-acceptance"
+VERSION = 1
+TABULATED_POLICIES = ("static", "lookup")  # policies whose plan reads acceptance only, never time or cost
+MAX_PACKED = 4096  # a packed step beyond this many tokens is a bug or a typo
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One candidate: a LookaheadConfig plus the runtime policy that drives it."""
+
+    label: str  # short human name, unique within a table, e.g. "W4 N4 G4" or "lookup 16x3 scaled"
+    config: LookaheadConfig  # the decoding settings
+    policy: str = "static"  # "static" or "lookup" (TABULATED_POLICIES)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label.strip() or len(self.label) > 80:
+            raise ProfileError(f"setting label must be a non-empty string of at most 80 characters, got {self.label!r}")
+        if not isinstance(self.config, LookaheadConfig):
+            raise ProfileError(f"setting {self.label!r}: config must be a LookaheadConfig, got {type(self.config).__name__}")
+        if self.policy not in TABULATED_POLICIES:
+            raise ProfileError(
+                f"setting {self.label!r}: policy {self.policy!r} cannot be tabulated; only "
+                f"{', '.join(TABULATED_POLICIES)} plan from acceptance alone (adaptive and cost-aware read "
+                "step times or c(k), so what they accept depends on the hardware)"
+            )
+
+    @property
+    def greedy(self) -> bool:
+        return self.config.greedy_only
+
+    @classmethod
+    def of(cls, config: LookaheadConfig, *, policy: str = "static") -> Setting:
+        """A Setting labelled from its config, e.g. "W4 N4 G4 + lookup 10x2" or "policy lookup: lookup 10x2"."""
+        parts = []
+        if config.lookahead:
+            parts.append(f"W{config.window} N{config.ngram} G{config.guesses}")
+        if config.prompt_lookup:
+            scaled = " scaled" if config.prompt_lookup_scaled else ""
+            parts.append(f"lookup {config.prompt_lookup}x{config.prompt_lookup_drafts}{scaled}")
+        label = " + ".join(parts) or "greedy"
+        return cls(label=label if policy == "static" else f"policy {policy}: {label}", config=config, policy=policy)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "settings": self.config.to_dict(), "policy": self.policy}
+
+
+GREEDY_SETTING = Setting(label="greedy", config=GREEDY)
+
+
+def default_grid() -> tuple[Setting, ...]:
+    """The candidates ``autolade accept`` measures: 34 settings, ~10 prompts x 128 tokens each is
+    minutes on a CPU for SmolLM2-135M. Greedy; the scaled prompt lookup (the CPU default);
+    unscaled prompt lookup, 1-3 drafts of 4/8/10 tokens; the ``lookup`` policy; pure Jacobi windows
+    W in {1,2,4,7,10,15}, N in {2..5}, G in {0..W} (a spread, not the full product); and two
+    windows with prompt lookup (the paper's GPU setting among them)."""
+    grid = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP)]
+    for drafts in (1, 2, 3):
+        for length in (4, 8, 10):
+            grid.append(Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=length, prompt_lookup_drafts=drafts)))
+    grid.append(Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=2), policy="lookup"))
+    windows = ((1, 3, 1), (1, 5, 1), (2, 3, 2), (2, 4, 2), (4, 2, 4), (4, 3, 4), (4, 4, 0), (4, 4, 2), (4, 4, 4),
+               (4, 5, 4), (7, 3, 7), (7, 4, 3), (7, 4, 7), (7, 5, 7), (10, 4, 10), (10, 5, 5), (10, 5, 10),
+               (15, 4, 15), (15, 5, 7), (15, 5, 15))
+    for w, n, g in windows:
+        grid.append(Setting.of(LookaheadConfig(window=w, ngram=n, guesses=g, prompt_lookup=0)))
+    grid.append(Setting.of(SCALED_LOOKUP.with_(window=4, ngram=4, guesses=4)))
+    grid.append(Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15)))  # paper's W/N/G, default lookup 10x2
+    return tuple(grid)
+
+
+# --- the table -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AcceptanceRow:
+    """What one setting accepted over the table's prompts (every prompt measured: a row is complete)."""
+
+    setting: Setting  # what ran
+    tokens_per_step_mean: float  # mean over prompts of (new tokens - 1) / steps, as res.stats.tokens_per_step
+    tokens_per_step_sd: float  # their sample standard deviation over prompts (0 for one prompt)
+    packed_per_step_mean: float  # mean over prompts of the mean packed tokens per step
+    packed_per_step_sd: float  # their sample standard deviation over prompts
+    packed_hist: dict[int, int]  # {packed tokens k: steps that packed k}, all prompts together
+    steps: int  # decode steps (forwards after the prefill), all prompts
+    tokens: int  # tokens those steps committed (new tokens - 1 per prompt: the first comes from the prefill)
+    context_min: int  # KV length (prompt + committed - 1) seen at a step, smallest
+    context_median: int  # ... median over all steps
+    context_max: int  # ... largest
+
+    def __post_init__(self) -> None:
+        _validate_row(self)
+
+    @property
+    def label(self) -> str:
+        return self.setting.label
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Pooled tokens / steps: what prices the setting (total tokens over total step cost)."""
+        return self.tokens / self.steps
+
+    @property
+    def packed_mean(self) -> float:
+        """Histogram-weighted mean packed size."""
+        return sum(k * n for k, n in self.packed_hist.items()) / self.steps
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.setting.to_dict(),
+            "tokens_per_step": {"mean": self.tokens_per_step_mean, "sd": self.tokens_per_step_sd},
+            "packed_per_step": {"mean": self.packed_per_step_mean, "sd": self.packed_per_step_sd},
+            "packed_hist": {str(k): n for k, n in sorted(self.packed_hist.items())},
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "context": {"min": self.context_min, "median": self.context_median, "max": self.context_max},
+        }
+
+
+@dataclass(frozen=True)
+class AcceptanceTable:
+    """Tokens per step of candidate settings for one (model, tokenizer, workload, dtype); hardware-free."""
+
+    model_name: str  # autolade.models.model_fingerprint(model)["name"]
+    model_config_hash: str  # ... ["config_hash"]
+    tokenizer_fingerprint: str  # tokenizer_fingerprint(tokenizer): vocab size + hash of special ids and sample tokens
+    workload: str  # workload tag: "chat", "code", a file's stem
+    dtype: str  # "float32" | "bfloat16" | "float16": greedy outputs differ slightly between dtypes
+    max_new_tokens: int  # per prompt
+    prompts: int  # prompts every row was measured on
+    rows: tuple[AcceptanceRow, ...]  # one per setting, in measuring order
+    prompt_set: str = ""  # e.g. "chat[:10]", for humans
+    measured_on: str = ""  # informational: where it ran (the hardware does not change the counts)
+    created: str = field(default_factory=now_iso)  # ISO 8601, UTC; also tells one measuring run's saves apart
+    autolade_version: str = field(default_factory=autolade_version)  # version that measured it
+
+    def __post_init__(self) -> None:
+        _validate_table(self)
+
+    @property
+    def model_fingerprint(self) -> str:
+        """``name:config_hash``, as profiles and curves key the model."""
+        return f"{self.model_name}:{self.model_config_hash}"
+
+    @property
+    def context_median(self) -> int:
+        """The workload's typical KV length: the median of the rows' median contexts."""
+        return int(statistics.median(r.context_median for r in self.rows))
+
+    def row(self, label: str) -> AcceptanceRow:
+        for r in self.rows:
+            if r.label == label:
+                return r
+        raise KeyError(f"no row {label!r}; rows: {', '.join(r.label for r in self.rows)}")
+
+    def with_row(self, row: AcceptanceRow) -> AcceptanceTable:
+        """This table with one more row (a label already present is replaced)."""
+        return replace(self, rows=(*(r for r in self.rows if r.label != row.label), row))
+
+    def check_for(self, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str, dtype: str | None = None) -> None:
+        """ProfileError unless this table was measured for that model, tokenizer (and dtype)."""
+        if isinstance(model_fingerprint, dict):
+            model_fingerprint = f"{model_fingerprint['name']}:{model_fingerprint['config_hash']}"
+        if model_fingerprint != self.model_fingerprint:
+            raise ProfileError(
+                f"acceptance table is for model {self.model_fingerprint}, not {model_fingerprint}: acceptance "
+                "depends on the model; measure this one with `autolade accept --model ...`"
+            )
+        if tokenizer_fingerprint != self.tokenizer_fingerprint:
+            raise ProfileError(
+                f"acceptance table is for tokenizer {self.tokenizer_fingerprint}, not {tokenizer_fingerprint}: "
+                "the prompts tokenize differently; measure with this tokenizer via `autolade accept`"
+            )
+        if dtype is not None and dtype != self.dtype:
+            raise ProfileError(f"acceptance table was measured in {self.dtype}, not {dtype}; measure with --dtype {dtype}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "model": {"name": self.model_name, "config_hash": self.model_config_hash, "dtype": self.dtype},
+            "tokenizer": self.tokenizer_fingerprint,
+            "workload": self.workload,
+            "max_new_tokens": self.max_new_tokens,
+            "prompts": self.prompts,
+            "prompt_set": self.prompt_set,
+            "measured": {"on": self.measured_on, "created": self.created, "autolade_version": self.autolade_version},
+            "rows": [r.to_dict() for r in self.rows],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AcceptanceTable:
+        if not isinstance(data, dict):
+            raise ProfileError(f"an acceptance table must be a JSON object, got {type(data).__name__}")
+        if data.get("format") != FORMAT:
+            raise ProfileError(f"format must be {FORMAT!r}, got {data.get('format')!r}: not an autolade acceptance table")
+        if data.get("version") != VERSION:
+            raise ProfileError(f"acceptance table version {data.get('version')!r} is not supported (this autolade reads {VERSION})")
+        model = _get(data, "model", dict)
+        measured = _get(data, "measured", dict, required=False) or {}
+        rows = _get(data, "rows", list)
+        if not rows:
+            raise ProfileError("rows: an acceptance table file must hold at least one measured setting")
+        return cls(
+            model_name=_get(model, "name", str, where="model"),
+            model_config_hash=_get(model, "config_hash", str, where="model"),
+            dtype=_get(model, "dtype", str, where="model"),
+            tokenizer_fingerprint=_get(data, "tokenizer", str),
+            workload=_get(data, "workload", str),
+            max_new_tokens=_get(data, "max_new_tokens", int),
+            prompts=_get(data, "prompts", int),
+            prompt_set=_get(data, "prompt_set", str, required=False) or "",
+            measured_on=_get(measured, "on", str, where="measured", required=False) or "",
+            created=_get(measured, "created", str, where="measured"),
+            autolade_version=_get(measured, "autolade_version", str, where="measured"),
+            rows=tuple(_row_from_dict(r, i) for i, r in enumerate(rows)),
+        )
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "acceptance table") -> AcceptanceTable:
+        """Parse JSON text (plain json: nothing executed) and validate it; ProfileError names the source."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"{source}: not valid JSON ({exc}); truncated or not an acceptance table?") from None
+        try:
+            return cls.from_dict(data)
+        except ProfileError as exc:
+            raise ProfileError(f"{source}: {exc}") from None
+
+
+def tokenizer_fingerprint(tokenizer: Any, *, vocab_size: int | None = None) -> str:
+    """``v<size>:<hash>``: the tokenizer's length and a hash of its special tokens and of the strings of
+    a spread of ids. ``tokenizer=None`` (prompts given as ids) is ``ids-only:v<vocab_size>``."""
+    if tokenizer is None:
+        if vocab_size is None:
+            raise ProfileError("tokenizer_fingerprint needs a tokenizer or vocab_size")
+        return f"ids-only:v{int(vocab_size)}"
+    size = len(tokenizer)
+    specials = sorted((str(k), str(v)) for k, v in (getattr(tokenizer, "special_tokens_map", None) or {}).items())
+    special_ids = sorted(int(i) for i in (getattr(tokenizer, "all_special_ids", None) or []))
+    sample = list(range(min(size, 64))) + list(range(64, size, max(size // 256, 1)))
+    pieces = tokenizer.convert_ids_to_tokens(sample)
+    digest = hashlib.sha256(json.dumps([specials, special_ids, pieces], default=str).encode()).hexdigest()[:12]
+    return f"v{size}:{digest}"
+
+
+# --- files ---------------------------------------------------------------------------------
+
+
+def read_acceptance_file(path: str | Path) -> AcceptanceTable:
+    """One ``autolade-acceptance`` JSON file, validated; ProfileError names the file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read ({exc})") from None
+    return AcceptanceTable.from_json(text, source=str(path))
+
+
+def write_acceptance_file(table: AcceptanceTable, path: str | Path) -> Path:
+    """Write the table's JSON atomically (temporary file, then rename): a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(table.to_json(), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def import_acceptance(path: str | Path, store: Any, *, model_fingerprint: str | dict[str, str] | None = None,
+                      tokenizer_fingerprint: str | None = None, dtype: str | None = None) -> int:
+    """Read, validate and store a shared table; returns its store id. With ``model_fingerprint`` and
+    ``tokenizer_fingerprint`` (this model's), a table measured for another model or tokenizer is a
+    ProfileError. Nothing is written unless every check passes."""
+    table = read_acceptance_file(path)
+    if model_fingerprint is not None or tokenizer_fingerprint is not None:
+        if model_fingerprint is None or tokenizer_fingerprint is None:
+            raise ProfileError("import_acceptance: give both model_fingerprint and tokenizer_fingerprint, or neither")
+        table.check_for(model_fingerprint=model_fingerprint, tokenizer_fingerprint=tokenizer_fingerprint, dtype=dtype)
+    return store.save_acceptance(table)
+
+
+# --- validation ----------------------------------------------------------------------------
+
+
+def _validate_row(r: AcceptanceRow) -> None:
+    where = f"row {r.setting.label!r}" if isinstance(r.setting, Setting) else "row"
+    if not isinstance(r.setting, Setting):
+        raise ProfileError(f"{where}: setting must be a Setting, got {type(r.setting).__name__}")
+    for name in ("steps", "tokens", "context_min", "context_median", "context_max"):
+        value = getattr(r, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name in ("steps", "tokens") else 0):
+            raise ProfileError(f"{where}: {name} must be a {'positive' if name in ('steps', 'tokens') else 'non-negative'} integer, got {value!r}")
+    if not r.context_min <= r.context_median <= r.context_max:
+        raise ProfileError(f"{where}: contexts must satisfy min <= median <= max, got {r.context_min}/{r.context_median}/{r.context_max}")
+    if not isinstance(r.packed_hist, dict) or not r.packed_hist:
+        raise ProfileError(f"{where}: packed_hist must be a non-empty {{k: steps}} mapping")
+    for k, n in r.packed_hist.items():
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_PACKED:
+            raise ProfileError(f"{where}: packed size {k!r} must be an integer in 1..{MAX_PACKED}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ProfileError(f"{where}: packed_hist[{k}] must be a positive step count, got {n!r}")
+    if sum(r.packed_hist.values()) != r.steps:
+        raise ProfileError(f"{where}: packed_hist counts {sum(r.packed_hist.values())} steps but steps={r.steps}")
+    if r.setting.greedy and set(r.packed_hist) != {1}:
+        raise ProfileError(f"{where}: a greedy setting packs 1 token a step, packed_hist says {r.packed_hist}")
+    capacity = sum(k * n for k, n in r.packed_hist.items())
+    if not r.steps <= r.tokens <= capacity:
+        raise ProfileError(
+            f"{where}: tokens={r.tokens} is impossible for {r.steps} steps packing {capacity} tokens in all "
+            "(each step commits at least 1 and at most its packed size)"
+        )
+    k_lo, k_hi = min(r.packed_hist), max(r.packed_hist)
+    for name, lo, hi in (("tokens_per_step_mean", 1.0, k_hi), ("packed_per_step_mean", k_lo, k_hi)):
+        value = getattr(r, name)
+        if not _is_number(value) or not lo - 1e-9 <= value <= hi + 1e-9:
+            raise ProfileError(f"{where}: {name} must be a number in [{lo:g}, {hi:g}], got {value!r}")
+    for name in ("tokens_per_step_sd", "packed_per_step_sd"):
+        value = getattr(r, name)
+        if not _is_number(value) or value < 0 or value > MAX_PACKED:
+            raise ProfileError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
+
+
+def _validate_table(t: AcceptanceTable) -> None:
+    for name, limit in (("model_name", 300), ("model_config_hash", 300), ("tokenizer_fingerprint", 300),
+                        ("workload", 64), ("created", 64), ("autolade_version", 64)):
+        value = getattr(t, name)
+        if not isinstance(value, str) or not value.strip() or len(value) > limit:
+            raise ProfileError(f"{name} must be a non-empty string of at most {limit} characters, got {value!r:.80}")
+    for name in ("prompt_set", "measured_on"):
+        if not isinstance(getattr(t, name), str) or len(getattr(t, name)) > 8000:
+            raise ProfileError(f"{name} must be text of at most 8000 characters")
+    if not _TAG.fullmatch(t.workload):
+        raise ProfileError(f"workload must be a short tag (letters, digits, . _ + -), got {t.workload!r}")
+    if t.dtype not in DTYPES:
+        raise ProfileError(f"dtype must be one of {', '.join(DTYPES)}, got {t.dtype!r}")
+    for name in ("max_new_tokens", "prompts"):
+        value = getattr(t, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProfileError(f"{name} must be a positive integer, got {value!r}")
+    try:
+        datetime.fromisoformat(t.created)
+    except ValueError:
+        raise ProfileError(f"created must be an ISO 8601 date, got {t.created!r}") from None
+    if not isinstance(t.rows, tuple) or not all(isinstance(r, AcceptanceRow) for r in t.rows):
+        raise ProfileError("rows must be a tuple of AcceptanceRow")
+    labels = [r.label for r in t.rows]
+    if len(set(labels)) != len(labels):
+        raise ProfileError(f"row labels must be unique, got {labels}")
+    for r in t.rows:
+        # the steps commit at most max_new_tokens - 1 tokens per prompt (the first comes from the prefill)
+        if r.tokens > t.prompts * (t.max_new_tokens - 1):
+            raise ProfileError(f"row {r.label!r}: tokens={r.tokens} exceeds {t.prompts} prompts x "
+                               f"{t.max_new_tokens - 1} decoded tokens each")
+
+
+def _row_from_dict(data: Any, index: int) -> AcceptanceRow:
+    where = f"rows[{index}]"
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where} must be an object, got {type(data).__name__}")
+    label = _get(data, "label", str, where=where)
+    try:
+        config = LookaheadConfig.from_dict(_get(data, "settings", dict, where=where))
+    except ConfigError as exc:
+        raise ProfileError(f"{where}.settings: {exc}") from None
+    tps = _get(data, "tokens_per_step", dict, where=where)
+    pps = _get(data, "packed_per_step", dict, where=where)
+    ctx = _get(data, "context", dict, where=where)
+    hist_raw = _get(data, "packed_hist", dict, where=where)
+    try:
+        hist = {int(k): v for k, v in hist_raw.items()}
+    except ValueError:
+        raise ProfileError(f"{where}.packed_hist: keys must be integer packed sizes, got {sorted(hist_raw)}") from None
+    number = (int, float)
+    return AcceptanceRow(
+        setting=Setting(label=label, config=config, policy=_get(data, "policy", str, where=where, required=False) or "static"),
+        tokens_per_step_mean=float(_get(tps, "mean", number, where=f"{where}.tokens_per_step")),
+        tokens_per_step_sd=float(_get(tps, "sd", number, where=f"{where}.tokens_per_step")),
+        packed_per_step_mean=float(_get(pps, "mean", number, where=f"{where}.packed_per_step")),
+        packed_per_step_sd=float(_get(pps, "sd", number, where=f"{where}.packed_per_step")),
+        packed_hist=hist,
+        steps=_get(data, "steps", int, where=where),
+        tokens=_get(data, "tokens", int, where=where),
+        context_min=_get(ctx, "min", int, where=f"{where}.context"),
+        context_median=_get(ctx, "median", int, where=f"{where}.context"),
+        context_max=_get(ctx, "max", int, where=f"{where}.context"),
+    )
+
+
+def _get(data: dict, key: str, kind: type | tuple[type, ...], *, where: str = "", required: bool = True) -> Any:
+    name = f"{where}.{key}" if where else key
+    if key not in data or data[key] is None:
+        if required:
+            raise ProfileError(f"missing field '{name}'")
+        return None
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        wanted = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ProfileError(f"field '{name}' must be {wanted}, got {type(value).__name__} {value!r:.60}")
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# --- measuring -----------------------------------------------------------------------------
+
+
+def measure_row(model: Any, prompts: Sequence[Any], setting: Setting, *, max_new_tokens: int) -> AcceptanceRow:
+    """Run the real engine (``autolade.api.generate``, greedy, explicit config and policy) on every
+    prompt and count what it accepted and packed. Nothing is timed."""
+    import torch
+
+    from .api import generate
+
+    per_prompt_tps, per_prompt_packed, hist, contexts = [], [], {}, []
+    steps = tokens = 0
+    for ids in prompts:
+        ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, dtype=torch.long)
+        ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
+        res = generate(model, ids, max_new_tokens=max_new_tokens, config=setting.config, policy=setting.policy)
+        st = res.stats
+        if st.steps == 0:
+            continue  # the prefill's token ended it (eos, or max_new_tokens=1): no step to count
+        packed, accepted = st.per_step["packed"], st.per_step["accepted"]
+        steps += st.steps
+        tokens += st.new_tokens - 1
+        per_prompt_tps.append(st.tokens_per_step)
+        per_prompt_packed.append(sum(packed) / len(packed))
+        for k in packed:
+            hist[k] = hist.get(k, 0) + 1
+        context = ids.shape[1]  # KV length at the first step: the prompt (the prefill's token is fed in)
+        for a in accepted:
+            contexts.append(context)
+            context += a + 1
+    if not steps:
+        raise ProfileError(f"setting {setting.label!r} took no decode step on any prompt: raise max_new_tokens")
+    return AcceptanceRow(
+        setting=setting,
+        tokens_per_step_mean=statistics.fmean(per_prompt_tps),
+        tokens_per_step_sd=statistics.stdev(per_prompt_tps) if len(per_prompt_tps) > 1 else 0.0,
+        packed_per_step_mean=statistics.fmean(per_prompt_packed),
+        packed_per_step_sd=statistics.stdev(per_prompt_packed) if len(per_prompt_packed) > 1 else 0.0,
+        packed_hist=dict(sorted(hist.items())),
+        steps=steps,
+        tokens=tokens,
+        context_min=min(contexts),
+        context_median=int(statistics.median(contexts)),
+        context_max=max(contexts),
+    )
+
+
+def measure_acceptance(
+    model: Any,
+    prompts: Sequence[Any],
+    settings: Sequence[Setting] | None = None,
+    *,
+    max_new_tokens: int,
+    workload: str,
+    tokenizer: Any = None,
+    prompt_set: str = "",
+    measured_on: str = "",
+    progress: Callable[[str], None] | None = None,
+    on_row: Callable[[AcceptanceTable], None] | None = None,
+    resume_from: AcceptanceTable | None = None,
+) -> AcceptanceTable:
+    """Measure every setting (``default_grid()`` if None) on every prompt (token ids: a list or
+    [1, T] / [T] tensors) and return the table. ``on_row`` gets the table so far after each setting,
+    so a caller can save as it goes and an interrupted run keeps its complete rows; ``progress`` gets
+    one line per setting. Greedy decoding only: acceptance of sampled decoding is not tabulated.
+    ``resume_from``: an earlier, interrupted table of the same model, tokenizer, dtype, workload,
+    prompt set and length; its rows are kept and their settings not measured again."""
+    from .models import model_fingerprint
+
+    settings = tuple(default_grid() if settings is None else settings)
+    if not prompts:
+        raise ProfileError("measure_acceptance needs at least one prompt")
+    if not settings or not all(isinstance(s, Setting) for s in settings):
+        raise ProfileError("settings must be a non-empty sequence of Setting (see default_grid())")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 2:
+        raise ProfileError(f"max_new_tokens must be an integer >= 2, got {max_new_tokens!r}")
+    fp = model_fingerprint(model)
+    table = AcceptanceTable(
+        model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=fp["dtype"],
+        tokenizer_fingerprint=model_tokenizer_fingerprint(model, tokenizer),
+        workload=workload, max_new_tokens=max_new_tokens, prompts=len(prompts), rows=(),
+        prompt_set=prompt_set, measured_on=measured_on,
+    )  # fmt: skip
+    if resume_from is not None and _same_measurement(resume_from, table):
+        table = replace(table, rows=resume_from.rows, created=resume_from.created)
+    done = {row.label for row in table.rows}
+    for i, setting in enumerate(settings, 1):
+        if setting.label in done:
+            if progress is not None:
+                progress(f"[{i}/{len(settings)}] {setting.label:<34} measured before (resumed)")
+            continue
+        row = measure_row(model, prompts, setting, max_new_tokens=max_new_tokens)
+        table = table.with_row(row)
+        if progress is not None:
+            progress(f"[{i}/{len(settings)}] {setting.label:<34} {row.tokens_per_step:5.2f} tokens/step "
+                     f"(sd {row.tokens_per_step_sd:.2f}), {row.packed_mean:6.1f} packed/step, {row.steps} steps")
+        if on_row is not None:
+            on_row(table)
+    return table
+
+
+def model_tokenizer_fingerprint(model: Any, tokenizer: Any = None) -> str:
+    """``tokenizer_fingerprint`` of a model's tokenizer, with the vocabulary size from its config."""
+    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+    return tokenizer_fingerprint(tokenizer, vocab_size=getattr(cfg, "vocab_size", None))
+
+
+def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:
+    """Whether ``a`` was measured on the same model, tokenizer, dtype, workload, prompts and length as ``b``."""
+    keys = ("model_name", "model_config_hash", "tokenizer_fingerprint", "dtype", "workload", "max_new_tokens",
+            "prompts", "prompt_set")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def compact_grid() -> tuple[Setting, ...]:
+    """A 13-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
+    greedy, the prompt-lookup family, and one window per size class up to the paper's W=15 N=5 G=15."""
+    labels = {s.label: s for s in default_grid()}
+    keep = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP),
+            Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=1)),
+            Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=4, prompt_lookup_drafts=3)),
+            Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=2), policy="lookup")]
+    for w, n, g in ((2, 3, 2), (4, 3, 4), (4, 4, 4), (7, 4, 7), (10, 5, 10), (15, 5, 15)):
+        keep.append(Setting.of(LookaheadConfig(window=w, ngram=n, guesses=g, prompt_lookup=0)))
+    keep += [Setting.of(SCALED_LOOKUP.with_(window=4, ngram=4, guesses=4)),
+             Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15))]
+    missing = [s.label for s in keep if s.label not in labels]
+    assert not missing, missing  # every compact setting is one of the full grid's
+    return tuple(keep)

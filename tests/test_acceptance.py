@@ -1,0 +1,330 @@
+"""Acceptance tables: validation, JSON, the store, and measuring on the real engine (tiny model; SmolLM2 when slow)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from autolade import api
+from autolade.acceptance import (
+    FORMAT,
+    GREEDY_SETTING,
+    AcceptanceRow,
+    AcceptanceTable,
+    Setting,
+    default_grid,
+    import_acceptance,
+    measure_acceptance,
+    read_acceptance_file,
+    tokenizer_fingerprint,
+    write_acceptance_file,
+)
+from autolade.cli import cli
+from autolade.config import GREEDY, SCALED_LOOKUP, LookaheadConfig
+from autolade.errors import ProfileError, StoreError
+from autolade.models import model_fingerprint
+from autolade.store import ProfileStore
+from tests.tiny import repetitive_prompt, tiny_llama
+
+LOOKUP4 = Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=4, prompt_lookup_drafts=1))
+WINDOW = Setting.of(LookaheadConfig(window=2, ngram=3, guesses=2, prompt_lookup=0))
+
+
+def row(setting: Setting = LOOKUP4, *, hist=None, tokens=150, **changes) -> AcceptanceRow:
+    hist = {1: 20, 5: 80} if hist is None else hist
+    steps = sum(hist.values())
+    args = {"setting": setting, "tokens_per_step_mean": tokens / steps, "tokens_per_step_sd": 0.2,
+                "packed_per_step_mean": sum(k * n for k, n in hist.items()) / steps, "packed_per_step_sd": 0.5,
+                "packed_hist": hist, "steps": steps, "tokens": tokens, "context_min": 40, "context_median": 90, "context_max": 160}
+    args.update(changes)
+    return AcceptanceRow(**args)
+
+
+def table(*rows: AcceptanceRow, **changes) -> AcceptanceTable:
+    args = {"model_name": "smollm2-135m", "model_config_hash": "abc123", "tokenizer_fingerprint": "v49152:feed",
+                "workload": "chat", "dtype": "float32", "max_new_tokens": 128, "prompts": 10,
+                "rows": rows or (row(GREEDY_SETTING, hist={1: 100}, tokens=100), row()),
+                "prompt_set": "chat[:10]", "measured_on": "box"}
+    args.update(changes)
+    return AcceptanceTable(**args)
+
+
+# --- settings and grid -----------------------------------------------------------------------
+
+
+def test_setting_labels_and_policies():
+    assert Setting.of(GREEDY).label == "greedy" and Setting.of(GREEDY).greedy
+    assert Setting.of(SCALED_LOOKUP).label == "lookup 16x3 scaled"
+    assert Setting.of(LookaheadConfig(window=4, ngram=4, guesses=4)).label == "W4 N4 G4 + lookup 10x2"
+    assert Setting.of(SCALED_LOOKUP, policy="lookup").label == "policy lookup: lookup 16x3 scaled"
+    for timed in ("adaptive", "cost-aware"):
+        with pytest.raises(ProfileError, match="cannot be tabulated"):
+            Setting(label="x", config=SCALED_LOOKUP, policy=timed)
+
+
+def test_default_grid_is_small_unique_and_covers_the_families():
+    grid = default_grid()
+    assert 25 <= len(grid) <= 35
+    assert len({s.label for s in grid}) == len(grid)
+    configs = [s.config for s in grid]
+    assert GREEDY in configs and SCALED_LOOKUP in configs
+    assert any(s.policy == "lookup" for s in grid)
+    windows = {c.window for c in configs if c.lookahead}
+    assert windows == {1, 2, 4, 7, 10, 15}
+    assert {c.ngram for c in configs if c.lookahead} == {2, 3, 4, 5}
+    assert all(c.guesses <= c.window for c in configs if c.lookahead)
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"tokens": 90}, "impossible"),  # fewer tokens than steps
+        ({"tokens": 421}, "impossible"),  # more than the 20 x 1 + 80 x 5 = 420 tokens packed
+        ({"steps": 99}, "counts 100 steps"),
+        ({"steps": -1}, "positive integer"),
+        ({"tokens_per_step_mean": math.nan}, "tokens_per_step_mean"),
+        ({"tokens_per_step_mean": 0.5}, "tokens_per_step_mean"),
+        ({"tokens_per_step_mean": 6.0}, "tokens_per_step_mean"),  # above the largest packed size
+        ({"packed_per_step_sd": -0.1}, "packed_per_step_sd"),
+        ({"packed_hist": {0: 100}}, "packed size"),
+        ({"packed_hist": {1: 20, 5: 80.0}}, "step count"),
+        ({"packed_hist": {}}, "non-empty"),
+        ({"context_min": 200}, "min <= median <= max"),
+        ({"tokens": 150.0}, "positive integer"),
+    ],
+)
+def test_absurd_rows_are_refused(changes, message):
+    with pytest.raises(ProfileError, match=message):
+        row(**changes)
+
+
+def test_greedy_row_must_pack_one_token():
+    with pytest.raises(ProfileError, match="greedy setting packs 1"):
+        row(GREEDY_SETTING, hist={1: 50, 3: 50}, tokens=100)
+
+
+def test_table_refuses_duplicates_bad_tags_and_too_many_tokens():
+    with pytest.raises(ProfileError, match="unique"):
+        table(row(), row())
+    with pytest.raises(ProfileError, match="workload"):
+        table(workload="chat and code")
+    with pytest.raises(ProfileError, match="dtype"):
+        table(dtype="int8")
+    with pytest.raises(ProfileError, match="exceeds"):
+        table(prompts=1)  # 150 tokens cannot come from 1 prompt x 127 decoded tokens
+
+
+def test_check_for_names_model_tokenizer_and_dtype():
+    t = table()
+    t.check_for(model_fingerprint={"name": "smollm2-135m", "config_hash": "abc123"}, tokenizer_fingerprint="v49152:feed")
+    with pytest.raises(ProfileError, match="model smollm2-135m:abc123, not other:abc123"):
+        t.check_for(model_fingerprint="other:abc123", tokenizer_fingerprint="v49152:feed")
+    with pytest.raises(ProfileError, match="tokenizer"):
+        t.check_for(model_fingerprint="smollm2-135m:abc123", tokenizer_fingerprint="v32000:beef")
+    with pytest.raises(ProfileError, match="bfloat16"):
+        t.check_for(model_fingerprint="smollm2-135m:abc123", tokenizer_fingerprint="v49152:feed", dtype="bfloat16")
+
+
+# --- JSON ------------------------------------------------------------------------------------
+
+
+def test_json_round_trip(tmp_path):
+    t = table()
+    back = AcceptanceTable.from_json(t.to_json())
+    assert back == t
+    data = json.loads(t.to_json())
+    assert data["format"] == FORMAT and data["rows"][1]["packed_hist"] == {"1": 20, "5": 80}
+    path = write_acceptance_file(t, tmp_path / "shared" / "t.json")
+    assert read_acceptance_file(path) == t
+    assert not list(path.parent.glob(".*.tmp"))  # the temporary file was renamed into place
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(format="autolade-profile"), "format"),
+        (lambda d: d.update(version=2), "version"),
+        (lambda d: d.pop("tokenizer"), "missing field 'tokenizer'"),
+        (lambda d: d["rows"][1].update(steps="100"), "rows\\[1\\].steps' must be int"),
+        (lambda d: d["rows"][1]["packed_hist"].update(x=3), "integer packed sizes"),
+        (lambda d: d["rows"][1].update(policy="adaptive"), "cannot be tabulated"),
+        (lambda d: d["rows"][1]["settings"].update(window=-1), "settings"),
+        (lambda d: d["rows"][1]["tokens_per_step"].update(mean=None), "missing field"),
+        (lambda d: d.update(rows=[]), "at least one"),
+    ],
+)
+def test_bad_json_is_a_clear_error(mutate, message):
+    data = json.loads(table().to_json())
+    mutate(data)
+    with pytest.raises(ProfileError, match=message):
+        AcceptanceTable.from_json(json.dumps(data), source="shared.json")
+
+
+def test_truncated_json_says_so():
+    text = table().to_json()
+    with pytest.raises(ProfileError, match="shared.json: not valid JSON.*truncated"):
+        AcceptanceTable.from_json(text[: len(text) // 2], source="shared.json")
+
+
+# --- store -----------------------------------------------------------------------------------
+
+
+def test_store_saves_finds_and_replaces_a_growing_run(tmp_path):
+    t = table(rows=(row(GREEDY_SETTING, hist={1: 100}, tokens=100),))
+    key = {"model_fingerprint": "smollm2-135m:abc123", "tokenizer_fingerprint": "v49152:feed", "workload": "chat", "dtype": "float32"}
+    with ProfileStore(tmp_path / "a.db") as store:
+        assert store.find_acceptance(**key) is None
+        first = store.save_acceptance(t)
+        grown = t.with_row(row())
+        assert store.save_acceptance(grown) == first  # same run, saved again with one more row
+        assert store.db["acceptance"].count == 1
+        assert store.find_acceptance(**key) == grown
+        later = store.save_acceptance(table(created="2099-01-01T00:00:00+00:00"))
+        assert later != first and store.find_acceptance(**key).created.startswith("2099")
+        assert store.find_acceptance(**{**key, "tokenizer_fingerprint": "v1:x"}) is None
+        assert store.find_acceptance(**{**key, "dtype": "bfloat16"}) is None
+
+
+def test_import_refuses_other_model_tokenizer_and_bad_files_leaving_the_store_untouched(tmp_path):
+    good = write_acceptance_file(table(), tmp_path / "good.json")
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(good.read_text()[:200])
+    absurd = tmp_path / "absurd.json"
+    data = json.loads(good.read_text())
+    data["rows"][1]["tokens"] = 10_000
+    absurd.write_text(json.dumps(data))
+    ours = {"model_fingerprint": "smollm2-135m:abc123", "tokenizer_fingerprint": "v49152:feed"}
+    with ProfileStore(tmp_path / "a.db") as store:
+        with pytest.raises(ProfileError, match="model"):
+            import_acceptance(good, store, model_fingerprint="gemma3-270m:fff", tokenizer_fingerprint="v49152:feed")
+        with pytest.raises(ProfileError, match="tokenizer"):
+            import_acceptance(good, store, model_fingerprint=ours["model_fingerprint"], tokenizer_fingerprint="v2:x")
+        with pytest.raises(ProfileError, match="truncated.json: not valid JSON"):
+            import_acceptance(truncated, store, **ours)
+        with pytest.raises(ProfileError, match="absurd.json.*impossible"):
+            import_acceptance(absurd, store, **ours)
+        assert store.db["acceptance"].count == 0
+        assert import_acceptance(good, store, **ours) >= 1
+        assert store.db["acceptance"].count == 1
+
+
+def test_store_refuses_a_corrupted_stored_table(tmp_path):
+    with ProfileStore(tmp_path / "a.db") as store:
+        id_ = store.save_acceptance(table())
+        store.db.execute("update acceptance set acceptance_table = '{\"format\": 1' where id = ?", [id_])
+        with pytest.raises(StoreError, match=f"stored acceptance table #{id_}"):
+            store.find_acceptance(model_fingerprint="smollm2-135m:abc123", tokenizer_fingerprint="v49152:feed",
+                                  workload="chat", dtype="float32")
+
+
+# --- tokenizer fingerprint -------------------------------------------------------------------
+
+
+class FakeTokenizer:
+    """The four tokenizer attributes the fingerprint reads (a plain stand-in, not a transformers class)."""
+
+    def __init__(self, size: int, eos: str = "</s>") -> None:
+        self.size = size
+        self.special_tokens_map = {"eos_token": eos}
+        self.all_special_ids = [0]
+
+    def __len__(self) -> int:
+        return self.size
+
+    def convert_ids_to_tokens(self, ids):
+        return [f"t{i}" for i in ids]
+
+
+def test_tokenizer_fingerprint_tells_tokenizers_apart():
+    assert tokenizer_fingerprint(FakeTokenizer(1000)) == tokenizer_fingerprint(FakeTokenizer(1000))
+    assert tokenizer_fingerprint(FakeTokenizer(1000)).startswith("v1000:")
+    assert tokenizer_fingerprint(FakeTokenizer(1000)) != tokenizer_fingerprint(FakeTokenizer(1000, eos="<|im_end|>"))
+    assert tokenizer_fingerprint(FakeTokenizer(1000)) != tokenizer_fingerprint(FakeTokenizer(1001))
+    assert tokenizer_fingerprint(None, vocab_size=96) == "ids-only:v96"
+    with pytest.raises(ProfileError):
+        tokenizer_fingerprint(None)
+
+
+# --- measuring on the real engine ------------------------------------------------------------
+
+
+def test_measure_counts_match_the_engine_stats():
+    model = tiny_llama()
+    prompts = [repetitive_prompt(seed=1), repetitive_prompt(seed=2, length=30)[0].tolist()]
+    settings = (GREEDY_SETTING, LOOKUP4, WINDOW, Setting.of(LOOKUP4.config.with_(prompt_lookup=8), policy="lookup"))
+    seen, lines = [], []
+    t = measure_acceptance(model, prompts, settings, max_new_tokens=24, workload="chat", progress=lines.append,
+                           on_row=seen.append)
+    assert [len(s.rows) for s in seen] == [1, 2, 3, 4] and seen[-1] == t and len(lines) == 4
+    fp = model_fingerprint(model)
+    assert (t.model_name, t.model_config_hash, t.dtype) == (fp["name"], fp["config_hash"], "float32")
+    assert t.tokenizer_fingerprint == "ids-only:v96" and t.prompts == 2 and t.max_new_tokens == 24
+    for setting in settings:
+        stats = [api.generate(model, torch.tensor([p]) if isinstance(p, list) else p, max_new_tokens=24,
+                              config=setting.config, policy=setting.policy).stats for p in prompts]
+        r = t.row(setting.label)
+        assert r.steps == sum(s.steps for s in stats)
+        assert r.tokens == sum(s.new_tokens - 1 for s in stats)
+        assert r.tokens_per_step_mean == pytest.approx(statistics.fmean(s.tokens_per_step for s in stats))
+        assert r.tokens_per_step == pytest.approx(r.tokens / r.steps)
+        packed = [k for s in stats for k in s.per_step["packed"]]
+        assert r.packed_hist == {k: packed.count(k) for k in set(packed)}
+        assert r.packed_mean == pytest.approx(statistics.fmean(packed))
+        assert r.context_min == 46  # the shorter prompt (30 + 2 x 8 motif tokens): its first step's KV length
+        assert 46 < r.context_median < r.context_max <= 56 + 22  # the longer prompt + all but its last step's tokens
+    assert t.row("greedy").tokens == t.row("greedy").steps and t.row("greedy").packed_hist == {1: t.row("greedy").steps}
+    assert t.row(LOOKUP4.label).tokens_per_step > 1.0  # the repetitive prompts give prompt lookup something to find
+    assert AcceptanceTable.from_json(t.to_json()) == t
+
+
+def test_an_interrupted_measurement_keeps_its_complete_rows():
+    saved = []
+
+    def save(t):
+        saved.append(t)
+        if len(t.rows) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        measure_acceptance(tiny_llama(), [repetitive_prompt()], (GREEDY_SETTING, LOOKUP4, WINDOW), max_new_tokens=12,
+                           workload="code", on_row=save)
+    assert [r.label for r in saved[-1].rows] == ["greedy", LOOKUP4.label]
+
+
+def test_measure_refuses_bad_arguments():
+    model = tiny_llama()
+    with pytest.raises(ProfileError, match="prompt"):
+        measure_acceptance(model, [], (GREEDY_SETTING,), max_new_tokens=8, workload="chat")
+    with pytest.raises(ProfileError, match="max_new_tokens"):
+        measure_acceptance(model, [repetitive_prompt()], (GREEDY_SETTING,), max_new_tokens=1, workload="chat")
+    with pytest.raises(ProfileError, match="Setting"):
+        measure_acceptance(model, [repetitive_prompt()], (GREEDY,), max_new_tokens=8, workload="chat")
+
+
+def test_cli_accept_refuses_zero_prompts():
+    res = CliRunner().invoke(cli, ["accept", "--prompts", "0"])
+    assert res.exit_code != 0 and "--prompts must be at least 1" in res.output
+
+
+@pytest.mark.slow
+def test_measure_smollm2_two_prompts(smollm2):
+    from autolade.prompts import encode_prompt, load_workload
+
+    model, tok = smollm2
+    prompts = [encode_prompt(tok, p.text, kind=p.kind) for p in load_workload("code", limit=2)]
+    settings = (GREEDY_SETTING, Setting.of(SCALED_LOOKUP), Setting.of(LookaheadConfig(window=4, ngram=4, guesses=4, prompt_lookup=0)))
+    t = measure_acceptance(model, prompts, settings, max_new_tokens=32, workload="code", tokenizer=tok)
+    assert t.tokenizer_fingerprint.startswith(f"v{len(tok)}:")
+    assert t.row("greedy").tokens_per_step == 1.0
+    assert t.row("lookup 16x3 scaled").tokens_per_step > 1.0
+    assert t.row("W4 N4 G4").tokens_per_step >= 1.0
+    assert t.row("W4 N4 G4").packed_mean > 1.0
+    assert AcceptanceTable.from_json(t.to_json()) == t

@@ -1,0 +1,123 @@
+"""Predicting speedups from an acceptance table and a step curve (synthetic tables and curves)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autolade.acceptance import GREEDY_SETTING, AcceptanceRow, AcceptanceTable, Setting
+from autolade.config import LookaheadConfig
+from autolade.curve import StepCurve
+from autolade.errors import ProfileError
+from autolade.predict import choose, format_predictions, predict, step_cost
+
+LOOKUP = Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=2, prompt_lookup_drafts=1))
+WINDOW = Setting.of(LookaheadConfig(window=4, ngram=4, guesses=4, prompt_lookup=0))
+
+
+def row(setting: Setting, hist: dict[int, int], tokens: int, *, context: int = 100) -> AcceptanceRow:
+    steps = sum(hist.values())
+    return AcceptanceRow(
+        setting=setting, tokens_per_step_mean=tokens / steps, tokens_per_step_sd=0.0,
+        packed_per_step_mean=sum(k * n for k, n in hist.items()) / steps, packed_per_step_sd=0.0,
+        packed_hist=hist, steps=steps, tokens=tokens, context_min=context // 2, context_median=context,
+        context_max=2 * context,
+    )  # fmt: skip
+
+
+def table(*rows: AcceptanceRow) -> AcceptanceTable:
+    return AcceptanceTable(model_name="m", model_config_hash="h", tokenizer_fingerprint="v96:x", workload="chat",
+                           dtype="float32", max_new_tokens=128, prompts=10, rows=rows)
+
+
+def curve(costs: dict[int, float], **more_contexts: dict[int, float]) -> StepCurve:
+    points = {100: costs, **{int(k.removeprefix("ctx")): v for k, v in more_contexts.items()}}
+    return StepCurve(points=points)
+
+
+# 100 steps each: greedy; prompt lookup packing 3 and accepting 1.8 a step; the window packing 25 and accepting 2.0
+GREEDY_ROW = row(GREEDY_SETTING, {1: 100}, 100)
+LOOKUP_ROW = row(LOOKUP, {1: 40, 3: 60}, 180)
+WINDOW_ROW = row(WINDOW, {25: 100}, 200)
+FLAT = {1: 10.0, 2: 10.0, 4: 10.0, 8: 10.0, 16: 10.2, 32: 10.5, 64: 11.0}
+STEEP = {1: 10.0, 2: 12.0, 4: 16.0, 8: 24.0, 16: 40.0, 32: 72.0, 64: 136.0}  # 2 ms per extra packed token
+
+
+def test_flat_curve_picks_the_window():
+    t = table(GREEDY_ROW, LOOKUP_ROW, WINDOW_ROW)
+    ranked = predict(t, curve(FLAT))
+    assert [p.setting.label for p in ranked] == ["W4 N4 G4", LOOKUP.label, "greedy"]
+    assert ranked[0].speedup == pytest.approx(2.0 * 10.0 / (10.2 + (10.5 - 10.2) * 9 / 16))
+    assert choose(t, curve(FLAT)).setting == WINDOW
+
+
+def test_steep_curve_picks_prompt_lookup_or_greedy():
+    t = table(GREEDY_ROW, LOOKUP_ROW, WINDOW_ROW)
+    best = choose(t, curve(STEEP))
+    assert best.setting == LOOKUP
+    assert best.speedup == pytest.approx(1.8 * 10.0 / (0.4 * 10.0 + 0.6 * 14.0))
+    assert predict(t, curve(STEEP))[-1].setting == WINDOW  # 2 tokens for 58 ms: far below greedy
+    steeper = {k: 10.0 * k for k in STEEP}  # every packed token costs a whole forward
+    assert choose(t, curve(steeper)).setting.greedy
+
+
+def test_histogram_pricing_differs_from_mean_pricing_on_a_convex_curve():
+    # mean packed size 5, but half the steps pack 9, where the curve has turned up
+    convex = curve({1: 10.0, 5: 12.0, 9: 40.0})
+    mixed = row(LOOKUP, {1: 50, 9: 50}, 150)
+    (p,) = [x for x in predict(table(mixed), convex) if x.setting == LOOKUP]
+    assert p.packed_per_step == 5.0
+    assert p.step_cost_ms == pytest.approx((10.0 + 40.0) / 2)
+    assert p.speedup == pytest.approx(1.5 * 10.0 / 25.0)  # 0.6: slower than greedy
+    mean_priced = 1.5 * 10.0 / convex.cost(5, 100)  # 1.25: what c(mean k) would claim
+    assert mean_priced > 1.0 > p.speedup
+
+
+def test_greedy_is_always_a_candidate_at_one():
+    ranked = predict(table(LOOKUP_ROW), curve(STEEP))
+    greedy = [p for p in ranked if p.setting.greedy]
+    assert len(greedy) == 1 and greedy[0].speedup == 1.0 and greedy[0].packed_per_step == 1.0
+    measured = [p for p in predict(table(GREEDY_ROW, LOOKUP_ROW), curve(STEEP)) if p.setting.greedy]
+    assert len(measured) == 1 and measured[0].speedup == pytest.approx(1.0)
+
+
+def test_context_defaults_to_the_tables_median_and_can_be_given():
+    # at context 100 the curve is flat (the window wins); at 2000 it is steep (prompt lookup wins)
+    c = curve(FLAT, ctx2000=STEEP)
+    t = table(GREEDY_ROW, LOOKUP_ROW, WINDOW_ROW)
+    assert t.context_median == 100
+    assert choose(t, c).setting == WINDOW
+    assert choose(t, c, context=2000).setting == LOOKUP
+    far = table(GREEDY_ROW, LOOKUP_ROW, row(WINDOW, {25: 100}, 200, context=2000))
+    assert far.context_median == 100  # the median of the rows' medians (100, 100, 2000)
+
+
+def test_beyond_the_curve_extrapolates_linearly_and_is_never_chosen():
+    short = curve({1: 10.0, 4: 12.0, 8: 20.0})
+    assert step_cost(short, 16, context=100) == pytest.approx(36.0)  # 20 + 2 ms/token x 8
+    assert step_cost(short, 6, context=100) == pytest.approx(16.0)  # inside: interpolated
+    big = row(Setting.of(LookaheadConfig(window=1, ngram=5, guesses=1, prompt_lookup=0)), {9: 100}, 400)
+    (p,) = [x for x in predict(table(big), short) if not x.setting.greedy]
+    assert p.extrapolated and p.speedup == pytest.approx(4.0 * 10.0 / 22.0)
+    assert choose(table(big), short).setting.greedy  # 1.8x predicted, but only by extrapolating
+
+
+def test_margin():
+    slight = row(LOOKUP, {2: 100}, 102)  # 1.02 tokens/step on a flat curve
+    assert predict(table(slight), curve(FLAT))[0].speedup == pytest.approx(1.02)
+    assert choose(table(slight), curve(FLAT)).setting.greedy
+    assert choose(table(slight), curve(FLAT), margin=1.01).setting == LOOKUP
+
+
+def test_bad_arguments():
+    with pytest.raises(ProfileError, match="no rows"):
+        predict(table(), curve(FLAT))
+    with pytest.raises(ProfileError, match="context"):
+        predict(table(LOOKUP_ROW), curve(FLAT), context=-5)
+    with pytest.raises(ProfileError, match="AcceptanceTable"):
+        predict({"rows": []}, curve(FLAT))
+
+
+def test_format_predictions_lists_every_setting():
+    text = format_predictions(predict(table(GREEDY_ROW, LOOKUP_ROW, WINDOW_ROW), curve(STEEP)))
+    assert text.splitlines()[0].startswith("setting")
+    assert all(label in text for label in ("greedy", LOOKUP.label, "W4 N4 G4"))
