@@ -294,7 +294,7 @@ def default_resolver() -> SettingsResolver:
 def resolve_settings(model: torch.nn.Module, *, workload: str | None = None,
                      tokenizer: Any = None) -> tuple[LookaheadConfig, str, dict | None]:
     """(config, source, policy spec) for this model on this machine; see ``SettingsResolver.resolve``."""
-    return default_resolver().resolve(model, workload=workload, tokenizer_fingerprint=tokenizer_fingerprint)
+    return default_resolver().resolve(model, workload=workload, tokenizer=tokenizer)
 
 
 def stored_cost(model: torch.nn.Module):
