@@ -66,18 +66,18 @@ def find_table(store: Any, *, model_fingerprint: str | dict[str, str], tokenizer
     dirs = [repo_profiles_dir()] if table_dirs is None else list(table_dirs)
     files: list[tuple[AcceptanceTable, str]] | None = None
     for d in (dtype, *(x for x in DTYPES if x != dtype)):
-        other = "" if d == dtype else f", measured in {d}: acceptance barely depends on the dtype"
+        where = d if d == dtype else f"measured in {d}, used for {dtype}: acceptance barely depends on the dtype"
         table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=tokenizer_fingerprint,
                                       workload=workload, dtype=d)
         if table is not None:
-            return table, f"store ({workload}, {d}{other})"
+            return table, f"store ({workload}, {where})"
         if files is None:
             files = list(shipped_tables(dirs))
         matches = [(t, label) for t, label in files if t.model_fingerprint == fp and t.dtype == d
                    and t.tokenizer_fingerprint == tokenizer_fingerprint and t.workload == workload]
         if matches:
             table, label = max(matches, key=lambda m: m[0].created)
-            return table, f"file:{label} ({workload}, {d}{other})"
+            return table, f"file:{label} ({workload}, {where})"
     return None, (f"no acceptance table for {fp} ({workload}) with this tokenizer: "
                   f"measure one with `autolade accept --workload {workload}`")
 
