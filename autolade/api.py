@@ -109,7 +109,7 @@ def generate(
         model, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
         repetition_penalty=repetition_penalty, seed=seed,
     )  # fmt: skip
-    config, source, profile_policy = _resolve_config(model, config, window, ngram, guesses, workload)
+    config, source, profile_policy = _resolve_config(model, config, window, ngram, guesses, workload, tokenizer)
     if policy is None:
         policy = profile_policy
     if policy is None or isinstance(policy, (str, dict)):
@@ -153,7 +153,7 @@ def _check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) ->
     return input_ids.to(device=device, dtype=torch.long)
 
 
-def _resolve_config(model, config, window, ngram, guesses, workload) -> tuple[LookaheadConfig, str, dict | None]:
+def _resolve_config(model, config, window, ngram, guesses, workload, tokenizer=None) -> tuple[LookaheadConfig, str, dict | None]:
     """(config, where it came from, the profile's policy spec or None)."""
     overrides = {k: v for k, v in (("window", window), ("ngram", ngram), ("guesses", guesses)) if v is not None}
     if config is not None:
@@ -162,7 +162,7 @@ def _resolve_config(model, config, window, ngram, guesses, workload) -> tuple[Lo
         return (config.with_(**overrides) if overrides else config), "explicit", None
     if overrides:
         return LookaheadConfig(**overrides), "explicit", None
-    return resolve_settings(model, workload=workload)
+    return resolve_settings(model, workload=workload, tokenizer=tokenizer)
 
 
 def _stop_fn(stop_token_ids, stop_strings, tokenizer) -> Callable[[list[int]], bool] | None:

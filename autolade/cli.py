@@ -150,16 +150,23 @@ _BOUND_EXAMPLES = ((2, 3, 2), (4, 4, 4), (7, 4, 7), (15, 5, 15))  # W/N/G rows s
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write the step-latency curve as a PNG")
 @click.option("--quick", is_flag=True, help="fewer k values, one context, shorter benchmarks (a rough picture)")
+@click.option("--verify", type=int, default=0, show_default=True, metavar="N",
+              help="time each prediction against greedy and HF prompt lookup on N held-out prompts; store greedy if it loses")
 @clean_errors
-def profile_command(model, dtype, plot, quick):
-    """Profile this hardware and MODEL's step-latency curve; save the curve in the store."""
+def profile_command(model, dtype, plot, quick, verify):
+    """Profile this hardware and MODEL's step-latency curve; save the curve in the store, and per
+    workload the setting an acceptance table predicts best on it (a "predicted" profile)."""
+    from .acceptance import model_tokenizer_fingerprint
     from .curve import stored_dtype_advice
-    from .hardware import default_settings, measure_step_curve, plot_curve, predicted_speedup, probe_hardware
+    from .hardware import measure_step_curve, plot_curve, probe_hardware
     from .models import load, model_fingerprint
     from .store import ProfileStore
+    from .tables import find_table
 
+    if verify < 0:
+        raise click.BadParameter("--verify must be 0 (off) or a number of prompts")
     click.echo(f"loading {model} ({dtype})...", err=True)
-    mdl, _ = load(model, dtype=dtype)
+    mdl, tok = load(model, dtype=dtype)
     device = str(next(mdl.parameters()).device)
     hardware = probe_hardware(device=device, quick=quick)
     click.echo(hardware.summary())
@@ -174,16 +181,10 @@ def profile_command(model, dtype, plot, quick):
     for note in curve.notes:
         click.echo(f"note: {note}")
     click.echo(f"\nspare compute: k={curve.spare_compute()} (largest k costing at most 1.25 x c(1))")
-    click.echo("speedup upper bound N * c(1)/c(k), k = 1 + (N-1)W + G(N-1):")
+    click.echo("speedup upper bound N * c(1)/c(k) (every draft accepted), k = 1 + (N-1)W + G(N-1):")
     for w, n, g in _BOUND_EXAMPLES:
         click.echo(f"  W={w:<2} N={n} G={g:<2} k={1 + (n - 1) * w + g * (n - 1):<4} bound {curve.speedup_bound(w, n, g):.2f}x")
-    for workload in ("chat", "code"):
-        best = default_settings(curve, workload=workload)
-        lookup = f"{best.prompt_lookup}x{best.prompt_lookup_drafts}{' scaled' if best.prompt_lookup_scaled else ''}"
-        click.echo(
-            f"curve default ({workload}): W={best.window} N={best.ngram} G={best.guesses} prompt_lookup={lookup}"
-            f" (predicted {predicted_speedup(curve, best, workload=workload):.2f}x under the acceptance model; tune to measure)"
-        )
+    tok_fp = model_tokenizer_fingerprint(mdl, tok)
     with ProfileStore() as store:
         curve_id = store.save_curve(
             curve,
@@ -194,10 +195,53 @@ def profile_command(model, dtype, plot, quick):
             model_config_hash=fp["config_hash"],
         )
         click.echo(f"saved step curve #{curve_id} to {store.path}")
-        recommended, why = stored_dtype_advice(curve, store=store, hardware=hardware, model_fingerprint=fp)
+        chat_table = None
+        for workload in ("chat", "code"):
+            table, source = find_table(store, model_fingerprint=fp, tokenizer_fingerprint=tok_fp, workload=workload,
+                                       dtype=fp["dtype"])
+            if table is None:
+                click.echo(f"\n{workload}: {source}; generate() uses the built-in default")
+                continue
+            chat_table = chat_table or table
+            _store_prediction(store, mdl, tok, table, source, curve, hardware, fp, workload, verify)
+        recommended, why = stored_dtype_advice(curve, store=store, hardware=hardware, model_fingerprint=fp, table=chat_table)
         click.echo(f"dtype: {recommended} recommended: {why}" if recommended else f"dtype: {why}")
     if plot:
         click.echo(f"wrote {plot_curve(curve, plot)}")
+
+
+_SHOWN_PREDICTIONS = 5  # settings `autolade profile` lists per workload, plus greedy
+
+
+def _store_prediction(store, mdl, tok, table, source, curve, hardware, fp, workload, verify) -> None:
+    """Print the table's top settings priced on ``curve`` and store the chosen one as a predicted profile."""
+    from .config import GREEDY
+    from .predict import format_predictions
+    from .profile_format import Profile
+    from .tables import PREDICTED, policy_spec, predicted_note, predicted_settings, verify_prediction
+
+    best, ranked = predicted_settings(table, curve)
+    shown = ranked[:_SHOWN_PREDICTIONS] + [p for p in ranked[_SHOWN_PREDICTIONS:] if p.setting.greedy]
+    click.echo(f"\n{workload}: predicted speedup from acceptance table {source}, at context {table.context_median}:")
+    click.echo(format_predictions(shown))
+    config, policy, notes, speedup = best.setting.config, policy_spec(best.setting), predicted_note(best, table, source), None
+    if verify:
+        holds, speedup, vs_pld = verify_prediction(mdl, tok, workload=workload, prediction=best, prompts=verify,
+                                                   cost=curve.cost)
+        click.echo(f"verified on {verify} held-out prompts: {best.setting.label} {speedup:.2f}x greedy, "
+                   f"{vs_pld:.2f}x HF prompt lookup")
+        if not holds:
+            config, policy = GREEDY, None
+            notes = f"{PREDICTED} setting {best.setting.label} measured {speedup:.2f}x greedy (< 1.0x): greedy stored. {notes}"
+            speedup = None
+    profile = Profile(
+        hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
+        model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=fp["dtype"], workload=workload,
+        settings=config, policy=policy, speedup=speedup, prompt_set=table.prompt_set or None,
+        hardware_summary=hardware.summary(), step_curve=curve.to_dict(), notes=notes,
+    )
+    label = "greedy" if config.greedy_only else best.setting.label
+    click.echo(f"{workload}: stored predicted profile #{store.save(profile)} ({label})")
 
 
 @cli.group("profiles")
@@ -268,7 +312,7 @@ def profiles_export(profile_id, output):
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @clean_errors
 def profiles_import(files):
-    """Import JSON profiles (validated; a file already imported is not added twice)."""
+    """Import JSON profiles and acceptance tables (validated; a file already imported is not added twice)."""
     from .errors import ProfileError
     from .store import ProfileStore, read_profile_file
 
@@ -276,6 +320,8 @@ def profiles_import(files):
     with ProfileStore() as store:
         for path in files:
             try:
+                if _import_acceptance_file(store, path):
+                    continue
                 profile = read_profile_file(path)
             except ProfileError as exc:
                 rejected += 1
@@ -289,6 +335,31 @@ def profiles_import(files):
             click.echo(f"{path}: imported as #{store.save(profile)} ({what})")
     if rejected:
         raise click.ClickException(f"{rejected} of {len(files)} file(s) rejected")
+
+
+def _import_acceptance_file(store, path) -> bool:
+    """Store ``path`` if it is an ``autolade-acceptance`` table (validated first: a corrupt one is a
+    ProfileError and the store is untouched); False for any other file."""
+    import json
+    from pathlib import Path
+
+    from .acceptance import FORMAT, read_acceptance_file
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False  # the profile reader names what is wrong
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return False
+    table = read_acceptance_file(path)
+    what = f"acceptance table {table.model_fingerprint} {table.dtype} / {table.workload}, {len(table.rows)} settings"
+    known = store.find_acceptance(model_fingerprint=table.model_fingerprint, tokenizer_fingerprint=table.tokenizer_fingerprint,
+                                  workload=table.workload, dtype=table.dtype)
+    if known is not None and known.to_dict() == table.to_dict():
+        click.echo(f"{path}: already in the store ({what})")
+        return True
+    click.echo(f"{path}: imported as acceptance #{store.save_acceptance(table)} ({what})")
+    return True
 
 
 @profiles_group.command("rm")

@@ -1,8 +1,9 @@
 """The step-latency curve c(k): what one cached forward of k packed tokens costs.
 
 Lookahead decoding wins when it accepts r tokens per step and r * c(1) / c(k) > 1. This
-module measures c(k) on the real model, derives "spare compute" and the speedup bound, and
-picks curve-based default settings. ``autolade.hardware`` re-exports everything here.
+module measures c(k) on the real model and derives "spare compute" and the speedup bound;
+``autolade.predict`` prices a measured acceptance table (r and k per setting) on it to choose
+settings. ``autolade.hardware`` re-exports everything here.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import GREEDY, SCALED_LOOKUP, LookaheadConfig
 from .errors import ProfileError
 
 CPU_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # geometric, plus in-betweens where CPU curves bend
@@ -372,113 +372,6 @@ def plot_curve(curve: StepCurve, path: str | Path) -> Path:
     return path
 
 
-# --- curve-based defaults -------------------------------------------------------------------
-
-# The acceptance model behind default_settings(). Deliberately modest and simple: it only has
-# to rank settings against the measured curve; the tuner replaces it with measured tokens/s.
-#
-# Lookahead: a drafted n-gram token matches the model's next greedy token with probability
-# HIT_RATE, independently; a step verifies G_eff = min(G, W) candidates (the window makes about
-# W fresh n-grams a step, so more guesses than that add little), so the chance that some
-# candidate gets at least j tokens right is 1 - (1 - HIT_RATE^j)^G_eff, and the expected extra
-# tokens are the sum over j = 1..N-1. HIT_RATE = 0.15 gives 1.3-1.7 tokens/step for small
-# W/N/G, which is what the official lookahead code reached on this project's 2-core CPU.
-#
-# Prompt lookup (PLD): a suffix match exists with probability PLD_MATCH, and then each drafted
-# token continues the match with probability PLD_CONTINUE (chat-like text; code and copy-heavy
-# inputs do far better, which the tuner finds).
-#
-# Both branches share one step: the model counts the better one, max(e_la, e_pld), which
-# underestimates a little. A setting must beat greedy by DEFAULT_MARGIN, else greedy wins:
-# a default slower than greedy is the failure this project exists to avoid.
-#
-# Scaled prompt lookup (``SCALED_LOOKUP``) sizes its own drafts (2 tokens after a one-token match,
-# 16 after a four-token one), so its nominal packed size (49) says little about its cost. It is
-# priced by what it measured instead: tokens/step and mean packed tokens per step, replayed by
-# tools/draft_bound.py over held-out greedy outputs of SmolLM2-135M (bf16, BENCHMARKS.md, "What a
-# draft-sizing policy could gain"). Chat, the harder workload, unless the caller names another.
-HIT_RATE = 0.15
-PLD_MATCH = 0.3
-PLD_CONTINUE = 0.6
-DEFAULT_MARGIN = 1.10
-SCALED_LOOKUP_MEASURED = {"chat": (1.51, 4.0), "code": (2.23, 6.1)}  # workload -> (tokens/step, packed/step)
-_GRID_WINDOW = (1, 2, 3, 4, 5, 7, 10, 15)
-_GRID_NGRAM = (2, 3, 4, 5, 6)
-_GRID_GUESSES = (1, 2, 3, 4, 5, 7, 10, 15)
-_GRID_PLD = (0, 2, 3, 4, 6, 8, 10)
-
-
-def expected_tokens_per_step(config: LookaheadConfig) -> float:
-    """Expected accepted tokens per step under the modest acceptance model above."""
-    lookahead = 0.0
-    if config.lookahead and config.guesses > 0:
-        g_eff = min(config.guesses, config.window)
-        lookahead = sum(1.0 - (1.0 - HIT_RATE**j) ** g_eff for j in range(1, config.levels + 1))
-    pld = 0.0
-    if config.prompt_lookup > 0:
-        pld = PLD_MATCH * sum(PLD_CONTINUE**j for j in range(1, config.prompt_lookup + 1))
-    return 1.0 + max(lookahead, pld)
-
-
-def predicted_speedup(curve: StepCurve, config: LookaheadConfig, *, context: int | None = None,
-                      workload: str | None = None) -> float:
-    """Acceptance-model speedup over greedy: r * c(1) / c(k), k = config.packed_size(); the scaled
-    lookup by its measured tokens/step and packed size for ``workload`` (chat unless code)."""
-    if config.greedy_only:
-        return 1.0
-    tokens, packed = _expected(config, workload)
-    return tokens * curve.cost(1, context) / curve.cost(packed, context)
-
-
-def _expected(config: LookaheadConfig, workload: str | None) -> tuple[float, float]:
-    """(tokens per step, packed tokens per step): the acceptance model and the nominal packed size,
-    or, for the scaled lookup, which sizes its own drafts, what it measured for ``workload``."""
-    if config == SCALED_LOOKUP:
-        return SCALED_LOOKUP_MEASURED.get(workload or "chat", SCALED_LOOKUP_MEASURED["chat"])
-    return expected_tokens_per_step(config), config.packed_size()
-
-
-def default_settings(curve: StepCurve, *, context: int | None = None, workload: str | None = None) -> LookaheadConfig:
-    """Curve-based default W/N/G: the grid point with the best predicted speedup.
-
-    Searches lookahead W/N/G with prompt lookup off or on (one draft of length L), and the scaled
-    prompt lookup; keeps only settings whose packed size lies within the measured ks (no
-    extrapolation), and returns plain greedy (``config.GREEDY``) unless the best beats greedy by
-    10%. On a curve where k=2 already costs ~2x k=1 (fp32 on a small CPU) that means greedy or
-    prompt lookup only. ``workload`` ("code") prices the scaled lookup by its code figures.
-
-    Conservative about noise: with ``context=None`` a setting's prediction is its worst over
-    the measured contexts, using only contexts whose repeats agreed (spread <= 50%) when any did.
-    """
-    k_max = max(curve.ks)
-    if context is not None:
-        contexts = [context]
-    else:
-        noisy = {ctx for ctx, _, _ in curve.noisy_points()}
-        contexts = [ctx for ctx in curve.contexts if ctx not in noisy] or curve.contexts
-    best, best_speedup = GREEDY, DEFAULT_MARGIN
-    for candidate in _grid():
-        if _expected(candidate, workload)[1] > k_max:
-            continue
-        speedup = min(predicted_speedup(curve, candidate, context=ctx, workload=workload) for ctx in contexts)
-        if speedup > best_speedup + 1e-9:
-            best, best_speedup = candidate, speedup
-    return best
-
-
-def _grid():
-    yield SCALED_LOOKUP
-    for pld in _GRID_PLD:
-        pld_args = {"prompt_lookup": pld, "prompt_lookup_drafts": 1} if pld else {"prompt_lookup": 0}
-        yield LookaheadConfig(window=0, guesses=0, **pld_args)
-        for window in _GRID_WINDOW:
-            for ngram in _GRID_NGRAM:
-                for guesses in _GRID_GUESSES:
-                    if guesses > window:
-                        continue  # G_eff = min(G, W): more guesses only cost
-                    yield LookaheadConfig(window=window, ngram=ngram, guesses=guesses, **pld_args)
-
-
 # --- which dtype to run -----------------------------------------------------------------------
 
 # bf16 is recommended over fp32 only when its step curve predicts decoding at least this much
@@ -486,26 +379,27 @@ def _grid():
 DTYPE_MARGIN = 1.10
 
 
-def recommend_dtype(curves: dict[str, StepCurve], *, workload: str | None = None) -> tuple[str, str]:
+def recommend_dtype(curves: dict[str, StepCurve], *, table: Any = None) -> tuple[str, str]:
     """(dtype, why) from this model's step curves in float32 and bfloat16 on this machine.
 
     What decides decoding speed is the step curve, not a raw matmul rate: each dtype's predicted
-    time per token is c(k) / r at its curve default (r tokens per step, k packed tokens; plain
-    greedy is k=1, r=1), under the acceptance model of ``default_settings`` (chat unless
-    ``workload`` says otherwise). bf16 wins when that is ``DTYPE_MARGIN`` x faster than fp32's.
-    On an AMX Xeon, say, c(1) is the same in both dtypes but bf16 packs 16 tokens for 1.11 x c(1)
-    and fp32 for ~2 x c(1): bf16 decodes faster although its one-token step is no cheaper.
+    time per token is c(1) / s, s the speedup ``autolade.predict.choose`` predicts from the
+    acceptance ``table`` (an ``AcceptanceTable`` of this model; either dtype's: acceptance barely
+    depends on it) on that dtype's curve; without a table, greedy's c(1). bf16 wins when that is
+    ``DTYPE_MARGIN`` x faster than fp32's. On an AMX Xeon, say, c(1) is the same in both dtypes
+    but bf16 packs 16 tokens for 1.11 x c(1) and fp32 for ~2 x c(1): with a table whose windows
+    accept, bf16 decodes faster although its one-token step is no cheaper.
     """
     missing = [d for d in ("float32", "bfloat16") if d not in curves]
     if missing:
         raise ValueError(f"recommend_dtype needs step curves for float32 and bfloat16; missing {', '.join(missing)} "
                          f"(measure it with `autolade profile --dtype {missing[0]}`)")
-    seen = {dtype: _per_token(curves[dtype], workload) for dtype in ("float32", "bfloat16")}
+    seen = {dtype: _per_token(curves[dtype], table) for dtype in ("float32", "bfloat16")}
     ratio = seen["float32"][0] / seen["bfloat16"][0]
+    basis = "" if table is not None else "; no acceptance table, so greedy steps only (`autolade accept` measures one)"
     detail = "; ".join(
-        f"{dtype} {ms:.2f} ms/token (c(1) {curves[dtype].cost(1):.1f} ms, k={k:g} at {curves[dtype].cost(k) / curves[dtype].cost(1):.2f}x c(1))"
-        for dtype, (ms, k) in seen.items()
-    )
+        f"{dtype} {ms:.2f} ms/token (c(1) {curves[dtype].cost(1):.1f} ms, {label})" for dtype, (ms, label) in seen.items()
+    ) + basis
     if ratio >= DTYPE_MARGIN:
         return "bfloat16", (f"step curves predict {ratio:.2f}x float32's decoding speed for this model ({detail}); "
                             "outputs then match bf16 greedy, not fp32 greedy (pass --dtype bfloat16 to choose it)")
@@ -513,15 +407,21 @@ def recommend_dtype(curves: dict[str, StepCurve], *, workload: str | None = None
                        "bf16 would cost precision for little speed")
 
 
-def _per_token(curve: StepCurve, workload: str | None) -> tuple[float, float]:
-    """(predicted ms per token, packed tokens per step) at the curve default for ``workload``."""
-    tokens, packed = _expected(default_settings(curve, workload=workload), workload)
-    return curve.cost(packed) / tokens, packed
+def _per_token(curve: StepCurve, table: Any) -> tuple[float, str]:
+    """(predicted ms per token, the setting that gives it): the table's choice on this curve, else greedy."""
+    if table is None:
+        return curve.cost(1), "greedy"
+    from .predict import choose
+
+    best = choose(table, curve)
+    return curve.cost(1, table.context_median) / best.speedup, f"{best.setting.label} at {best.speedup:.2f}x greedy"
 
 
-def stored_dtype_advice(curve: StepCurve, *, store: Any, hardware: Any, model_fingerprint: dict[str, str]) -> tuple[str | None, str]:
+def stored_dtype_advice(curve: StepCurve, *, store: Any, hardware: Any, model_fingerprint: dict[str, str],
+                        table: Any = None) -> tuple[str | None, str]:
     """(dtype, why) for this machine and model: ``curve`` (this dtype's) against the other dtype's
-    latest stored curve; ``(None, how to measure it)`` when that is not stored yet."""
+    latest stored curve, priced with the acceptance ``table`` if given (see ``recommend_dtype``);
+    ``(None, how to measure it)`` when the other curve is not stored yet."""
     if curve.dtype not in ("float32", "bfloat16"):
         return None, f"no dtype advice for {curve.dtype}: it compares float32 and bfloat16 step curves"
     other = "bfloat16" if curve.dtype == "float32" else "float32"
@@ -529,4 +429,4 @@ def stored_dtype_advice(curve: StepCurve, *, store: Any, hardware: Any, model_fi
     if stored is None:
         return None, (f"no {other} step curve of this model on this machine yet: run `autolade profile --dtype {other}` "
                       "to compare the two dtypes")
-    return recommend_dtype({curve.dtype: curve, other: stored})
+    return recommend_dtype({curve.dtype: curve, other: stored}, table=table)

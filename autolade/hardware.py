@@ -15,12 +15,9 @@ from typing import Any, Callable
 
 from .curve import (  # noqa: F401  (re-exported: the step curve is part of the hardware picture)
     StepCurve,
-    default_settings,
-    expected_tokens_per_step,
     measure_step_curve,
     packed_tokens,
     plot_curve,
-    predicted_speedup,
     recommend_dtype,
 )
 from .errors import ProfileError
@@ -29,14 +26,11 @@ __all__ = [
     "GpuInfo",
     "HardwareProfile",
     "StepCurve",
-    "default_settings",
-    "expected_tokens_per_step",
     "gpu_mem_bandwidth",
     "gpu_peak_flops",
     "measure_step_curve",
     "packed_tokens",
     "plot_curve",
-    "predicted_speedup",
     "probe_hardware",
     "recommend_dtype",
 ]

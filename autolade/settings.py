@@ -1,6 +1,7 @@
 """Settings resolution: which settings generate() uses when the caller gives none. A stored or
-shared profile for this hardware, model, dtype and workload; else the default derived from a
-measured step-latency curve; else a built-in default.
+shared profile for this hardware, model, dtype and workload (tuned beats predicted); else the
+setting an acceptance table of this model predicts best on this machine's step-latency curve;
+else a built-in default.
 
 ``SettingsResolver`` resolves once per model: it keeps the hardware probe, the model's fingerprint
 and what the store and the ``profiles/`` files answered, keyed on those files' stamps, so a
@@ -151,10 +152,14 @@ class SettingsResolver:
                               f"`autolade tune --workload {workload}` or import one (`autolade profiles import FILE`)")
         return prof, source
 
-    def resolve(self, model: torch.nn.Module, *, workload: str | None = None) -> tuple[LookaheadConfig, str, dict | None]:
+    def resolve(self, model: torch.nn.Module, *, workload: str | None = None,
+                tokenizer: Any = None) -> tuple[LookaheadConfig, str, dict | None]:
         """(config, source, policy spec) for this model on this machine and ``workload`` (any of
-        its names: ``humaneval`` is ``code``)."""
-        from .curve import default_settings
+        its names: ``humaneval`` is ``code``). Order: a tuned profile for this exact hardware; a
+        predicted one (``autolade profile``) for it; profiles of the same hardware class; then, with
+        this machine's step curve and an acceptance table of this model and ``tokenizer`` (only
+        fingerprinted when it comes to that), the table's predicted best; else the built-in default."""
+        from .tables import is_predicted
 
         tag = workload_tag(workload) if workload else None
         # the named workload first; a profile of another workload on this machine beats a blind default
@@ -164,20 +169,55 @@ class SettingsResolver:
             prof, source = answers.found[t]
             if prof is not None:
                 note = "" if t == tag or not tag else f", no {tag!r} profile"
+                if is_predicted(prof):
+                    return prof.settings, f"predicted ({source}, {t}{note})", prof.policy
                 return prof.settings, f"{source} ({t}{note})", prof.policy
         curve = answers.curve
-        if curve is not None:
-            config = default_settings(curve, workload=tag)
-            if config.lookahead:  # a curve flat enough for a Jacobi window (GPUs)
-                return config, "default (from this machine's step-latency curve)", None
-            # No window pays: scaled prompt lookup. Where even 2 packed tokens cost >1.25x one (fp32 on
-            # small CPUs) the cost-aware policy sizes or skips each draft by the curve: 1.05x-1.12x the
-            # static rule in fp32 here, level with it in bf16, whose curve is smooth (BENCHMARKS.md).
-            if curve.spare_compute() < 2:
-                return SCALED_LOOKUP, "default (cost-aware lookup on this machine's step-latency curve)", {"name": "cost-aware"}
-            return SCALED_LOOKUP, "default (scaled lookup; this machine's step-latency curve)", None
         config, policy = builtin_default(next(model.parameters()).device.type)
-        return config, "default (built-in; run `autolade tune` for this machine)", policy
+        if curve is None:
+            return config, "default (built-in; run `autolade profile` or `autolade tune` for this machine)", policy
+        found = None
+        if tokenizer is not None:
+            from .acceptance import model_tokenizer_fingerprint
+
+            found = self._table(model, tag or "chat", model_tokenizer_fingerprint(model, tokenizer))
+        if found is not None and found[0] is not None:
+            from .predict import choose
+            from .tables import policy_spec
+
+            best = choose(found[0], curve)
+            return (best.setting.config, f"predicted ({best.speedup:.2f}x from acceptance table {found[1]} on this "
+                    "machine's step-latency curve)", policy_spec(best.setting))
+        why = found[1] if found is not None else "no tokenizer given to look up an acceptance table"
+        # No measured acceptance: never a guess that can lose to greedy. Where even 2 packed tokens
+        # cost >1.25x one (fp32 on small CPUs) the cost-aware policy sizes or skips each draft by the
+        # curve: 1.05x-1.12x the static rule in fp32 here, level with it in bf16 (BENCHMARKS.md).
+        if config == SCALED_LOOKUP and curve.spare_compute() < 2:
+            return SCALED_LOOKUP, f"default (cost-aware lookup on this machine's step-latency curve; {why})", {"name": "cost-aware"}
+        return config, f"default (built-in; {why})", policy
+
+    def _table(self, model: torch.nn.Module, tag: str, tokenizer_fingerprint: str):
+        """(table or None, source or why) from ``tables.find_table``, cached while the store and files are unchanged."""
+        from .paths import repo_profiles_dir, user_dir
+        from .store import DB_NAME, ProfileStore
+        from .tables import find_table
+
+        fp = self.fingerprint(model)
+        db = user_dir() / DB_NAME
+        stamp = _stamp(db, (repo_profiles_dir(),))
+        key = ("table", str(db), fp["name"], fp["config_hash"], fp["dtype"], tag, tokenizer_fingerprint, stamp)
+        with self._lock:
+            cached = self._answers.get(key)
+        if cached is not None:
+            return cached
+        with ProfileStore(db if db.exists() else ":memory:") as store:
+            found = find_table(store, model_fingerprint=fp, tokenizer_fingerprint=tokenizer_fingerprint,
+                               workload=tag, dtype=fp["dtype"])
+        with self._lock:
+            self._answers[key] = found
+            while len(self._answers) > self._maxsize:
+                self._answers.popitem(last=False)
+        return found
 
     def _read(self, model: torch.nn.Module, tags: Sequence[str]) -> _Answers:
         """The curve and the profiles of ``tags``: from the cache while the store and the profile
@@ -251,9 +291,10 @@ def default_resolver() -> SettingsResolver:
     return SettingsResolver()
 
 
-def resolve_settings(model: torch.nn.Module, *, workload: str | None = None) -> tuple[LookaheadConfig, str, dict | None]:
+def resolve_settings(model: torch.nn.Module, *, workload: str | None = None,
+                     tokenizer: Any = None) -> tuple[LookaheadConfig, str, dict | None]:
     """(config, source, policy spec) for this model on this machine; see ``SettingsResolver.resolve``."""
-    return default_resolver().resolve(model, workload=workload)
+    return default_resolver().resolve(model, workload=workload, tokenizer=tokenizer)
 
 
 def stored_cost(model: torch.nn.Module):

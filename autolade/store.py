@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import sqlite_utils
 
+from .acceptance import FORMAT as ACCEPTANCE_FORMAT
 from .config import LookaheadConfig
 from .curve import StepCurve
 from .errors import ProfileError, StoreError
@@ -296,7 +297,8 @@ class ProfileStore:
 
         Order: exact (hardware fingerprint, model, dtype, workload) in the store, then in JSON
         files; then the same model/dtype/workload on hardware of the same class, store then
-        files; within a tier the most recently created wins. Sources read like
+        files; within a tier a tuned profile beats a predicted one (``autolade profile``: notes
+        start with "predicted"), then the most recently created wins. Sources read like
         ``store:exact:#12``, ``file:profiles/x.json:nearest-hardware`` or ``default`` (nothing
         matched: the caller falls back to the curve default, see ``latest_curve``).
 
@@ -306,7 +308,7 @@ class ProfileStore:
         model_fingerprint = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
         sql = (
             "select * from profiles where model_fingerprint = ? and dtype = ? and workload = ? "
-            "and {col} = ? order by created desc, id desc limit 1"
+            "and {col} = ? order by (coalesce(notes, '') like 'predicted%') asc, created desc, id desc limit 1"
         )
         dirs = [*([repo_profiles_dir()] if include_repo_profiles else []), *profile_dirs]
         files: list[tuple[Profile, str]] | None = None  # read only when the store has no match
@@ -330,7 +332,8 @@ class ProfileStore:
                 and getattr(profile, column) == value
             ]
             if matches:
-                profile, label = max(matches, key=lambda m: m[0].created)
+                # a tuned profile beats one predicted from an acceptance table (notes "predicted ...")
+                profile, label = max(matches, key=lambda m: (not m[0].notes.startswith("predicted"), m[0].created))
                 return profile, f"file:{label}:{tier}"
         return None, "default"
 
@@ -585,9 +588,21 @@ def _profile_files(dirs: Iterable[str | Path]) -> Iterator[tuple[Profile, str]]:
             seen.add(resolved)
             label = _label(path)
             try:
-                yield profile_from_json(path.read_text(encoding="utf-8"), source=label), label
+                text = path.read_text(encoding="utf-8")
+                if _format_of(text) == ACCEPTANCE_FORMAT:
+                    continue  # an acceptance table: autolade.tables.shipped_tables reads those
+                yield profile_from_json(text, source=label), label
             except (OSError, UnicodeDecodeError, ProfileError) as exc:
                 warnings.warn(f"skipping profile file {label}: {exc}", stacklevel=3)
+
+
+def _format_of(text: str) -> Any:
+    """The ``format`` field of a JSON object, or None (not JSON, not an object: the reader says why)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data.get("format") if isinstance(data, dict) else None
 
 
 def _label(path: Path) -> str:

@@ -292,6 +292,80 @@ def warm_starts(curve, best_existing: dict | None, max_window: int) -> list[dict
     return starts
 
 
+# --- acceptance tables in the search (autolade.tables, autolade.predict) ----------------------
+
+HOPELESS = 0.8  # a tabulated setting predicted below this x greedy is pruned before it is timed
+
+
+def predicted_start(table, curve) -> dict[str, Any] | None:
+    """Trial params of the setting ``table`` predicts best on ``curve`` (``predict.choose``); None
+    without a table or curve, or when greedy is the prediction (it is enqueued anyway)."""
+    if table is None or curve is None:
+        return None
+    from .predict import choose
+    from .tables import policy_spec
+
+    best = choose(table, curve)
+    if best.setting.greedy:
+        return None
+    params = _params_of(best.setting.config, policy_spec(best.setting))
+    if best.setting.policy == "lookup":
+        params["lookup_sizing"] = "length"
+    return params
+
+
+def prune_reason(cand: Candidate, table, curve, *, floor: float = HOPELESS) -> str | None:
+    """Why ``cand`` is hopeless before timing it: the table measured its setting and ``curve``
+    prices it below ``floor`` x greedy. None when it may win or the table does not cover it."""
+    if table is None or curve is None or cand.config.greedy_only:
+        return None
+    from .predict import predict_row
+    from .tables import covered
+
+    setting = covered(table, cand.config, cand.policy)
+    if setting is None:
+        return None
+    p = predict_row(table.row(setting.label), curve, context=table.context_median)
+    if p.speedup >= floor:
+        return None
+    return (f"acceptance table predicts {p.speedup:.2f}x greedy (< {floor:g}): {p.tokens_per_step:.2f} tokens/step "
+            f"at {p.packed_per_step:.1f} packed/step on this machine's curve")
+
+
+def tabulated_setting(cand: Candidate):
+    """The acceptance ``Setting`` that ``cand`` runs, if its policy is tabulated (static, or the
+    plain lookup policy); None otherwise (adaptive, cost-aware, lookup with its own parameters)."""
+    from .acceptance import Setting
+
+    name = (cand.policy or {"name": "static"})["name"]
+    if name == "static" or (name == "lookup" and set(cand.policy) == {"name"}):
+        return Setting.of(cand.config, policy=name)
+    return None
+
+
+def record_trial(store, model, tokenizer, prompts, cand: Candidate, *, workload: str, max_new_tokens: int) -> int | None:
+    """Count what ``cand`` accepts on ``prompts`` (untimed) and add it to the store's acceptance table
+    for this model, workload and dtype as a new row (a table is started if none exists; a setting the
+    table has already measured is kept as it was). Returns the table's store id, or None when skipped."""
+    from .acceptance import measure_acceptance, model_tokenizer_fingerprint
+    from .models import model_fingerprint
+
+    setting = tabulated_setting(cand)
+    if store is None or setting is None:
+        return None
+    fp = model_fingerprint(model)
+    table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=model_tokenizer_fingerprint(model, tokenizer),
+                                  workload=workload, dtype=fp["dtype"])
+    if table is not None and any(r.label == setting.label for r in table.rows):
+        return None
+    fresh = measure_acceptance(model, prompts, [setting], max_new_tokens=max_new_tokens, workload=workload,
+                               tokenizer=tokenizer, prompt_set=f"{workload} tuning split[:{len(prompts)}]")
+    row = fresh.rows[0]
+    if table is not None and row.tokens > table.prompts * (table.max_new_tokens - 1):
+        return None  # more than the table's prompts could hold: measured on a larger run
+    return store.save_acceptance(fresh if table is None else table.with_row(row))
+
+
 def study_name_for(hardware: str, model: str, dtype: str, workload: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "-", f"{model}-{dtype}-{workload}-{hardware}")[:120]
 
@@ -351,6 +425,7 @@ def tune(
     storage = storage or default_storage_url()
     study_name = study_name or study_name_for(hw_fp, model_name, dtype, tag)
     max_window = _curve_max_window(curve, opts)
+    table = _find_table(store, model, tokenizer, tag, dtype, log)
 
     def first_trials() -> list[dict[str, Any]]:  # enqueued once, by the worker that creates the study
         best_existing = None
@@ -359,7 +434,8 @@ def tune(
                                          model_fingerprint=model_fingerprint(model), dtype=dtype, workload=tag)
             if prof is not None:
                 best_existing = _params_of(prof.settings, prof.policy)
-        return warm_starts(curve, best_existing, max_window)
+        start = predicted_start(table, curve)  # the acceptance table's prediction runs first
+        return [start] * bool(start) + warm_starts(curve, best_existing, max_window)
 
     study = open_study(storage=open_storage(storage), study_name=study_name, warm_starts=first_trials,
                        sampler=optuna.samplers.TPESampler(seed=opts.seed, n_startup_trials=8),
@@ -377,6 +453,10 @@ def tune(
             trial.set_user_attr("bound", bound)
             if bound < 1.0:  # even accepting everything it cannot beat greedy on this machine
                 raise optuna.TrialPruned(f"speedup bound {bound:.2f} < 1 from the step-latency curve")
+        hopeless = prune_reason(cand, table, curve)
+        if hopeless is not None:
+            trial.set_user_attr("pruned", hopeless)
+            raise optuna.TrialPruned(hopeless)
 
         def report(i: int, m: Measured) -> None:
             trial.report(m.ratio(), i)
@@ -386,6 +466,7 @@ def tune(
         m = measure(runner, tune_ids, cand, on_prompt=report)
         trial.set_user_attr("tokens_per_step", sum(m.tokens) / max(sum(m.steps), 1))
         trial.set_user_attr("gaps", m.gaps)
+        record_trial(store, model, tokenizer, tune_ids, cand, workload=tag, max_new_tokens=opts.max_new_tokens)
         return m.ratio()
 
     run_trials(study, objective, trials=opts.trials, budget_s=opts.budget_s, catch=(ExactnessError,), progress=progress)
@@ -430,6 +511,20 @@ def tune(
     if report_png is not None:
         result.report_png = plot_study(study, report_png)
     return result
+
+
+def _find_table(store, model, tokenizer, tag: str, dtype: str, log: Callable[[str], None]):
+    """This model's acceptance table for the workload (``tables.find_table``), or None."""
+    if store is None or tokenizer is None:
+        return None
+    from .acceptance import model_tokenizer_fingerprint
+    from .models import model_fingerprint
+    from .tables import find_table
+
+    table, source = find_table(store, model_fingerprint=model_fingerprint(model),
+                               tokenizer_fingerprint=model_tokenizer_fingerprint(model, tokenizer), workload=tag, dtype=dtype)
+    log(f"acceptance table: {source}" if table is not None else f"{source}; searching without predictions")
+    return table
 
 
 def _curve_max_window(curve, opts: TuneOptions) -> int:

@@ -129,7 +129,9 @@ def test_profile_command_on_a_tiny_model(home, tmp_path, one_thread):
     assert result.exit_code == 0, result.output
     out = result.output
     assert "fingerprint cpu:" in out and "spare compute: k=" in out
-    assert "curve default (chat): W=" in out and "curve default (code): W=" in out
+    # no acceptance table for this model: said so per workload, nothing predicted
+    assert "chat: no acceptance table for tiny-llama" in out and "code: no acceptance table" in out
+    assert "built-in default" in out
     assert "step latency" in out and "saved step curve #1" in out
     assert plot.read_bytes()[:4] == b"\x89PNG"
     if not torch.cuda.is_available():
@@ -141,3 +143,29 @@ def test_profile_command_on_a_tiny_model(home, tmp_path, one_thread):
     bf16 = run("profile", "--model", str(model_dir), "--quick", "--dtype", "bfloat16")
     assert bf16.exit_code == 0, bf16.output
     assert " recommended: step curves predict " in bf16.output and "ms/token" in bf16.output
+
+
+def test_profile_stores_a_predicted_profile_that_generate_reports(home, tmp_path, one_thread):
+    from test_tables import WINDOW, synthetic_table
+
+    from autolade import api
+    from autolade.acceptance import model_tokenizer_fingerprint
+    from autolade.models import model_fingerprint
+
+    model_dir = tiny_model_dir(tmp_path / "tiny-llama")
+    mdl, tok = api.load(str(model_dir))
+    fp = model_fingerprint(mdl)
+    with ProfileStore() as store:  # a table whose window accepts 2 a step at 25 packed, lookup 1.8 at ~2.2
+        store.save_acceptance(synthetic_table(fp, model_tokenizer_fingerprint(mdl, tok)))
+    result = run("profile", "--model", str(model_dir), "--quick")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "chat: predicted speedup from acceptance table store (chat, float32)" in out
+    assert "greedy" in out and "code: no acceptance table" in out
+    assert "chat: stored predicted profile #1" in out
+    with ProfileStore() as store:
+        prof = store.get(1)
+    assert prof.notes.startswith("predicted") and "acceptance table store (chat" in prof.notes and prof.workload == "chat"
+    res = api.generate(mdl, tok("hello world", return_tensors="pt").input_ids, max_new_tokens=4, workload="chat")
+    assert res.stats.settings_source.startswith("predicted (store:exact:#1")
+    assert res.stats.settings["window"] == prof.settings.window

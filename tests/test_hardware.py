@@ -1,4 +1,4 @@
-"""Hardware probe, step-latency curve and curve-based defaults (CPU; GPU parts where a GPU is lent)."""
+"""Hardware probe, step-latency curve and the dtype advice (CPU; GPU parts where a GPU is lent)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,11 @@ from autolade.hardware import (
     GpuInfo,
     HardwareProfile,
     StepCurve,
-    default_settings,
     gpu_mem_bandwidth,
     gpu_peak_flops,
     measure_step_curve,
     packed_tokens,
     plot_curve,
-    predicted_speedup,
     probe_hardware,
     recommend_dtype,
 )
@@ -215,16 +213,34 @@ AMX_FP32 = StepCurve(points={256: dict(zip(AMX_KS, [20.0, 24.0, 30.0, 34.0, 40.0
 AMX_BF16 = StepCurve(points={256: dict(zip(AMX_KS, [20.0, 20.4, 21.0, 21.6, 22.2, 30.0, 45.0]))}, dtype="bfloat16")
 
 
+def window_table():
+    """A synthetic acceptance table: greedy, and a window packing 16 that accepts 2 tokens a step."""
+    from autolade.acceptance import GREEDY_SETTING, AcceptanceRow, AcceptanceTable, Setting
+
+    def row(setting, k, tokens):
+        return AcceptanceRow(setting=setting, tokens_per_step_mean=tokens / 100, tokens_per_step_sd=0.0,
+                             packed_per_step_mean=float(k), packed_per_step_sd=0.0, packed_hist={k: 100}, steps=100,
+                             tokens=tokens, context_min=128, context_median=256, context_max=400)
+
+    window = Setting.of(LookaheadConfig(window=3, ngram=4, guesses=2, prompt_lookup=0))
+    return AcceptanceTable(model_name="m", model_config_hash="abc123", tokenizer_fingerprint="v96:x", workload="chat",
+                           dtype="float32", max_new_tokens=128, prompts=2, rows=(row(GREEDY_SETTING, 1, 100), row(window, 16, 200)))
+
+
 def test_recommend_dtype_follows_the_step_curves_not_c1():
-    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": AMX_BF16})
+    table = window_table()
+    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": AMX_BF16}, table=table)
     assert dtype == "bfloat16" and "--dtype bfloat16" in why
-    assert "c(1) 20.0 ms" in why and "float32 20.00 ms/token" in why  # fp32's curve default is greedy here
+    assert "c(1) 20.0 ms" in why and "float32 20.00 ms/token" in why  # the window loses to greedy in fp32 here
     # bf16 a little cheaper per step but just as steep as fp32: not worth fp32's outputs
     steep_bf16 = StepCurve(points={256: {k: 0.95 * ms for k, ms in AMX_FP32.points[256].items()}}, dtype="bfloat16")
-    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": steep_bf16})
+    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": steep_bf16}, table=table)
     assert dtype == "float32" and "only 1.05x" in why
+    # without a table only greedy steps compare: the same c(1), so no reason to give up fp32
+    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": AMX_BF16})
+    assert dtype == "float32" and "no acceptance table" in why
     # this project's 2-core EPYC: bf16 both cheaper per step and flatter
-    assert recommend_dtype({"float32": FP32_CPU, "bfloat16": BF16_CPU})[0] == "bfloat16"
+    assert recommend_dtype({"float32": FP32_CPU, "bfloat16": BF16_CPU}, table=table)[0] == "bfloat16"
     with pytest.raises(ValueError, match="autolade profile --dtype bfloat16"):
         recommend_dtype({"float32": AMX_FP32})
 
@@ -239,9 +255,10 @@ def test_stored_dtype_advice_reads_the_other_dtype_from_the_store():
         dtype, why = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp)
         assert dtype is None and "autolade profile --dtype bfloat16" in why
         store.save_curve(AMX_BF16, hardware_fingerprint=hw.fingerprint, model_fingerprint={**fp, "dtype": "bfloat16"})
-        from_fp32 = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp)
+        from_fp32 = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp, table=window_table())
         store.save_curve(AMX_FP32, hardware_fingerprint=hw.fingerprint, model_fingerprint=fp)
-        from_bf16 = stored_dtype_advice(AMX_BF16, store=store, hardware=hw, model_fingerprint={**fp, "dtype": "bfloat16"})
+        from_bf16 = stored_dtype_advice(AMX_BF16, store=store, hardware=hw, model_fingerprint={**fp, "dtype": "bfloat16"},
+                                        table=window_table())
     assert from_fp32 == from_bf16 and from_fp32[0] == "bfloat16"  # one measurement, one answer, from either side
 
 
@@ -270,49 +287,10 @@ def test_spare_compute_and_speedup_bound():
     assert FP32_CPU.speedup_bound(0, 5, 15) == 1.0
 
 
-def test_default_settings_follow_the_curve():
-    fp32 = default_settings(FP32_CPU)
-    assert fp32.window == 0  # no Jacobi window when k=2 costs 2x
-    assert fp32.greedy_only or fp32.prompt_lookup > 0
-    bf16 = default_settings(BF16_CPU)
-    assert predicted_speedup(BF16_CPU, bf16) > 1.1 and bf16.packed_size() <= 64
-    gpu = default_settings(FLAT_GPU)
-    assert gpu.lookahead and gpu.packed_size() > 32 and predicted_speedup(FLAT_GPU, gpu) > 1.5
-    for config in (fp32, bf16, gpu):
-        assert isinstance(config, LookaheadConfig)
-        assert LookaheadConfig.from_dict(config.to_dict()) == config
-
-
 def test_noisy_points():
     curve = StepCurve(points={128: {1: 10.0, 2: 11.0}}, spread={128: {1: 0.1, 2: 3.0}}, notes=("busy",))
     assert curve.noisy_points() == [(128, 2, 3.0)]
     assert StepCurve.from_dict(curve.to_dict()).notes == ("busy",)
-
-
-def test_curve_default_prices_scaled_lookup_by_its_measured_packing_and_workload():
-    from autolade.config import SCALED_LOOKUP
-
-    # bf16 on the 2-core EPYC: 4 packed tokens cost ~1x a greedy step, so scaled lookup wins
-    assert default_settings(BF16_CPU) == SCALED_LOOKUP
-    assert predicted_speedup(BF16_CPU, SCALED_LOOKUP) == pytest.approx(1.51 * 40 / 41)
-    # fp32: 4 packed tokens cost 2x; chat's 1.51 tokens/step do not pay, code's 2.23 do
-    assert default_settings(FP32_CPU).window == 0 and default_settings(FP32_CPU) != SCALED_LOOKUP
-    assert default_settings(FP32_CPU, workload="code") == SCALED_LOOKUP
-    assert predicted_speedup(FP32_CPU, SCALED_LOOKUP, workload="code") > 1.1 > predicted_speedup(FP32_CPU, SCALED_LOOKUP)
-    # its nominal size (49) is past a curve measured to k=32, its real packing (~4-6) is not
-    short = StepCurve(points={300: {k: ms for k, ms in BF16_CPU.points[300].items() if k <= 32}}, dtype="bfloat16")
-    assert default_settings(short) == SCALED_LOOKUP
-
-
-def test_default_settings_ignore_noisy_contexts():
-    noisy = {k: 99.0 for k in BF16_CPU.points[300]}
-    noisy[1] = 5.0  # a stall at k=1 would make every packed step look free
-    curve = StepCurve(
-        points={128: BF16_CPU.points[300], 512: {k: 500.0 if k == 1 else 40.0 for k in BF16_CPU.points[300]}},
-        spread={128: {k: 0.1 for k in BF16_CPU.points[300]}, 512: noisy},
-        dtype="bfloat16",
-    )
-    assert default_settings(curve) == default_settings(StepCurve(points={128: BF16_CPU.points[300]}, dtype="bfloat16"))
 
 
 def test_curve_validation():

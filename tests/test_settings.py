@@ -105,17 +105,27 @@ def test_a_stored_cpu_curve_gives_cost_aware_scaled_lookup(llama):
         assert config == CPU_DEFAULT and policy == {"name": "cost-aware"} and "step-latency curve" in source
 
 
-def test_a_smooth_cpu_curve_gives_static_scaled_lookup(llama):
+def test_a_smooth_cpu_curve_without_a_table_gives_the_builtin_default(llama):
     # the bf16 curve measured here: 2-6 packed tokens cost ~1.1x one, wider steps much more
     _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4, 16: 33.6, 32: 42.5, 64: 62.7, 128: 101.3}})
     config, source, policy = resolve_settings(llama, workload="chat")
-    assert config == CPU_DEFAULT and policy is None and "step-latency curve" in source
+    assert config == CPU_DEFAULT and policy is None and "built-in" in source and "acceptance table" in source
 
 
-def test_a_flat_curve_gives_the_curve_default_with_a_window(llama):
+def test_a_flat_curve_and_a_table_whose_window_accepts_give_the_predicted_window(llama):
+    from autolade.acceptance import model_tokenizer_fingerprint
+    from test_tables import FakeTokenizer, WINDOW, synthetic_table
+
     _save_curve(llama, {300: {1: 10.0, 8: 10.0, 32: 10.2, 128: 10.5}})  # a GPU: packed tokens are free
-    config, source, policy = resolve_settings(llama, workload="chat")
-    assert config.lookahead and config.window >= 2 and policy is None and "step-latency curve" in source
+    tok = FakeTokenizer()
+    fp = model_fingerprint(llama)
+    with ProfileStore() as store:
+        store.save_acceptance(synthetic_table(fp, model_tokenizer_fingerprint(llama, tok)))
+    config, source, policy = resolve_settings(llama, workload="chat", tokenizer=tok)
+    assert config == WINDOW.config and policy is None and source.startswith("predicted (") and "store (chat" in source
+    # no tokenizer: no table can be matched, and the source says so
+    config, source, _ = resolve_settings(llama, workload="chat")
+    assert config != WINDOW.config and "no tokenizer" in source
 
 
 def test_generate_with_the_cost_aware_policy_uses_the_stored_curve(llama):
