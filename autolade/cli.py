@@ -128,7 +128,8 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
 def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, profiles, heldout, baselines, warmup, repeats,
                   max_minutes, threads, device, out, quiet):
     """HF greedy vs HF prompt lookup vs autolade, interleaved prompt by prompt; table, JSON, PNG."""
-    from .bench import COPY_SET, bench_main
+    from .bench import bench_main
+    from .prompts import COPY_SET
 
     if add_copy and COPY_SET not in sets.split(","):
         sets = f"{sets},{COPY_SET}"

@@ -108,3 +108,62 @@ GREEDY = LookaheadConfig(window=0, guesses=0, prompt_lookup=0)  # plain greedy t
 # three prompt-lookup drafts of at most 2**m tokens after an m-token suffix match (m <= 4), no window
 SCALED_LOOKUP = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_scaled=True,
                                 prompt_lookup_ngram=4)
+
+
+# --- setting specs (``--config W,N,G[,LOOKUP][,key=value...]``) ---------------------------------
+
+_SPEC_ALIASES = {  # short keys accepted in a spec -> LookaheadConfig field
+    "drafts": "prompt_lookup_drafts",
+    "lookup_ngram": "prompt_lookup_ngram",
+    "lookup": "prompt_lookup",
+    "pool": "pool_per_key",
+    "seed": "seed_pool_from_prompt",
+    "scaled": "prompt_lookup_scaled",
+}
+
+
+def parse_config(spec: str) -> LookaheadConfig:
+    """``"W,N,G[,LOOKUP][,key=value...]"`` -> LookaheadConfig, e.g. ``0,0,0,0`` (plain greedy
+    through autolade's loop), ``0,4,0,10`` (prompt lookup only), ``4,4,4,10,drafts=1``."""
+    config, policy = parse_method(spec)
+    if policy is not None:
+        raise ConfigError(f"--config {spec!r}: policy= is only accepted where a policy can run (parse_method)")
+    return config
+
+
+def parse_method(spec: str) -> tuple[LookaheadConfig, str | None]:
+    """Like ``parse_config``, plus an optional ``policy=NAME`` item (a name or a preset in
+    ``policies/``, e.g. ``4,4,4,10,policy=adaptive``): (config, policy name or None)."""
+    policy = None
+    parts = [p.strip() for p in str(spec).split(",") if p.strip()]
+    positional = [p for p in parts if "=" not in p]
+    named = [p for p in parts if "=" in p]
+    if not 3 <= len(positional) <= 4 or parts[: len(positional)] != positional:
+        raise ConfigError(f"--config {spec!r}: expected W,N,G[,LOOKUP][,key=value...], e.g. 4,4,4,10 or 0,0,0,0")
+    try:
+        values = [int(p) for p in positional]
+    except ValueError:
+        raise ConfigError(f"--config {spec!r}: W, N, G and LOOKUP must be integers") from None
+    kwargs: dict[str, Any] = dict(zip(("window", "ngram", "guesses", "prompt_lookup"), values))
+    for item in named:
+        key, _, value = item.partition("=")
+        key = _SPEC_ALIASES.get(key.strip(), key.strip())
+        value = value.strip()
+        if key == "policy":
+            if not value:
+                raise ConfigError(f"--config {spec!r}: policy= needs a name")
+            policy = value
+            continue
+        if key in ("seed_pool_from_prompt", "prompt_lookup_scaled"):
+            if value.lower() not in ("0", "1", "true", "false"):
+                raise ConfigError(f"--config {spec!r}: {key} must be true or false")
+            kwargs[key] = value.lower() in ("1", "true")
+            continue
+        try:
+            kwargs[key] = None if value.lower() == "none" else int(value)
+        except ValueError:
+            raise ConfigError(f"--config {spec!r}: {key} must be an integer") from None
+    try:
+        return LookaheadConfig(**kwargs), policy
+    except TypeError as exc:
+        raise ConfigError(f"--config {spec!r}: {exc}") from None

@@ -26,8 +26,11 @@ __all__ = [
     "GpuInfo",
     "HardwareProfile",
     "StepCurve",
+    "command_line",
+    "environment",
     "gpu_mem_bandwidth",
     "gpu_peak_flops",
+    "load_average",
     "measure_step_curve",
     "packed_tokens",
     "plot_curve",
@@ -418,3 +421,65 @@ def _giga(value: float | None) -> str:
 
 def _cc(cc: tuple[int, int] | None) -> str:
     return f"{cc[0]}.{cc[1]}" if cc else "?"
+
+
+# --- the environment of a measurement ---------------------------------------------------------
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, rounded (None where the OS has none)."""
+    import os
+
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def command_line() -> str:
+    """This process's command line, as a shell would take it (``autolade`` for the console script)."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "autolade":
+        argv[0] = "autolade"
+    return shlex.join(argv)
+
+
+def environment(model: Any, *, command: str | None = None) -> dict[str, Any]:
+    """What a benchmark report records about where it ran: date, command, CPU model, versions, the
+    model's device, dtype, name and attention implementation (and GPU name, fingerprint)."""
+    import datetime as dt
+    import os
+
+    import torch
+    import transformers
+
+    param = next(model.parameters())
+    env: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": command if command is not None else command_line(),
+        "cwd": os.getcwd(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu_model": _cpu_info()["model"],
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(param.device),
+        "dtype": str(param.dtype).replace("torch.", ""),
+        "model": str(getattr(model.config, "_name_or_path", "") or getattr(model.config, "model_type", "")),
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+    }
+    if param.device.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(param.device)
+    try:
+        from .models import model_fingerprint
+
+        env["model_fingerprint"] = model_fingerprint(model)
+    except Exception:  # noqa: BLE001 - informative only
+        pass
+    return env

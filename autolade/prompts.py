@@ -276,3 +276,32 @@ def _read_txt(path: Path) -> list[Prompt]:
     if current:
         blocks.append("\n".join(current).strip())
     return [Prompt(f"{path.name}/{i}", block, str(path), "chat") for i, block in enumerate(blocks, start=1)]
+
+
+# --- the copy-heavy set (``autolade bench --sets copy``) ----------------------------------------
+
+COPY_SET = "copy"  # its name among the bench's prompt sets
+COPY_INSTRUCTIONS = (
+    "Repeat the following text exactly:\n\n",
+    "Fix the typo in this code and print the whole code again:\n\n",
+)
+
+
+def copy_workload(*, limit: int | None = None) -> list[Prompt]:
+    """Copy-heavy chat prompts built from HumanEval: "repeat exactly" and "fix the typo and
+    print the whole code again" (a one-letter swap is put in), alternating."""
+    prompts = []
+    for i, p in enumerate(load_workload("code", limit=limit)):
+        body = p.text if i % 2 == 0 else _typo(p.text)
+        prompts.append(Prompt(f"copy/{p.id}", COPY_INSTRUCTIONS[i % 2] + body, "humaneval-copy", "chat"))
+    return prompts
+
+
+def _typo(text: str) -> str:
+    """Swap two letters in one word of 6+ letters (the middle such word): deterministic."""
+    words = list(re.finditer(r"\b[a-z]{6,}\b", text))
+    if not words:
+        return text
+    m = words[len(words) // 2]
+    w = m.group()
+    return text[: m.start()] + w[0] + w[2] + w[1] + w[3:] + text[m.end() :]

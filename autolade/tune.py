@@ -13,7 +13,6 @@ import dataclasses
 import math
 import random
 import re
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,11 +23,22 @@ import torch
 
 from .config import LookaheadConfig
 from .errors import ConfigError
+from .harness import (
+    TIMER,
+    Reference,
+    Timer,
+    divergence,
+    greedy_reference,
+    noise_gap,
+    rotate,
+    run_autolade,
+    run_greedy,
+    run_pld,
+    setting_label,
+)
 from .policies import AdaptiveParams, make_policy
 from .prompts import workload_tag
 
-# Largest |logit| gap at which a flip between a packed and a one-token forward is float noise.
-NOISE_GAP = {torch.float32: 1e-4, torch.bfloat16: 1.0, torch.float16: 0.1}
 PAPER_A100_7B = {"window": 15, "ngram": 5, "guesses": 15}  # the paper's table for 7B models on an A100
 
 
@@ -71,15 +81,8 @@ class Candidate:
     policy: dict[str, Any] | None  # None = static
 
     def label(self) -> str:
-        c = self.config
-        pol = (self.policy or {"name": "static"})["name"]
-        if c.greedy_only:
-            return "greedy"
-        no_window = pol in ("lookup", "cost-aware")  # these policies never run the window the config allows
-        window = f"W={c.window} N={c.ngram} G={c.guesses} " if c.lookahead and not no_window else ""
-        scaled = "s" if c.prompt_lookup_scaled and pol != "cost-aware" else ""  # cost-aware sizes drafts itself
-        lookup = f"L={c.prompt_lookup}x{c.prompt_lookup_drafts}{scaled}" if c.prompt_lookup else "L=0"
-        return f"{window}{lookup} {pol}"
+        """The setting's one label (``autolade.harness.setting_label``): equal for equal behaviour."""
+        return setting_label(self.config, self.policy)
 
 
 @dataclass
@@ -117,59 +120,40 @@ class TuneResult:
 
 
 class Runner:
-    """Times greedy, HF prompt lookup and autolade on one prompt, and checks exactness."""
+    """Times greedy, HF prompt lookup and autolade on one prompt (``autolade.harness``), and checks exactness."""
 
     def __init__(self, model, *, max_new_tokens: int, eos: Sequence[int],
-                 cost: Callable[[float], float] | None = None) -> None:
+                 cost: Callable[[float], float] | None = None, timer: Timer = TIMER) -> None:
         self.model = model
         self.cost = cost  # this machine's c(k), for the cost-aware policy
         self.n = max_new_tokens
         self.eos = list(eos)
-        self.noise = NOISE_GAP.get(next(model.parameters()).dtype, 1e-4)
-        self._ref: dict[int, tuple[list[int], list[float]]] = {}
+        self.timer = timer
+        self.noise = noise_gap(next(model.parameters()).dtype)
+        self._ref: dict[int, Reference] = {}
 
-    def _hf(self, ids: torch.Tensor, **kw) -> tuple[float, Any]:
-        t0 = time.perf_counter()
-        out = self.model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=self.n, do_sample=False,
-            eos_token_id=self.eos or None, pad_token_id=self.eos[0] if self.eos else 0, **kw,
-        )
-        return time.perf_counter() - t0, out
-
-    def reference(self, key: int, ids: torch.Tensor) -> tuple[list[int], list[float]]:
+    def reference(self, key: int, ids: torch.Tensor) -> Reference:
         """Greedy tokens and the top-2 logit gap at each position (computed once per prompt)."""
         if key not in self._ref:
-            _, out = self._hf(ids, output_logits=True, return_dict_in_generate=True)
-            toks = out.sequences[0, ids.shape[1] :].tolist()
-            gaps = [float(v[0] - v[1]) for v in (lg[0].float().topk(2).values for lg in out.logits)]
-            self._ref[key] = (toks, gaps)
+            self._ref[key] = greedy_reference(self.model, ids, max_new_tokens=self.n, eos=self.eos)
         return self._ref[key]
 
     def greedy(self, ids: torch.Tensor) -> float:
-        with torch.inference_mode():
-            return self._hf(ids)[0]
+        return run_greedy(self.model, ids, max_new_tokens=self.n, eos=self.eos, timer=self.timer).seconds
 
     def pld(self, ids: torch.Tensor) -> float:
-        with torch.inference_mode():
-            return self._hf(ids, prompt_lookup_num_tokens=10)[0]
+        return run_pld(self.model, ids, max_new_tokens=self.n, eos=self.eos, timer=self.timer).seconds
 
     def ours(self, key: int, ids: torch.Tensor, cand: Candidate) -> tuple[float, int, int, float | None]:
-        from .api import generate
-
-        ref, gaps = self.reference(key, ids)
+        ref = self.reference(key, ids)
         policy = make_policy(cand.policy, cand.config, cost=self.cost)
-        t0 = time.perf_counter()
-        res = generate(self.model, ids, max_new_tokens=self.n, config=cand.config, policy=policy, eos_token_id=self.eos)
-        elapsed = time.perf_counter() - t0
-        new = res.sequences[0, ids.shape[1] :].tolist()
-        gap = None
-        for i, (a, b) in enumerate(zip(new, ref)):
-            if a != b:
-                gap = gaps[i]
-                if gap >= self.noise:
-                    raise ExactnessError(f"{cand.label()}: token {i} differs from greedy, top-2 gap {gap:.3g}")
-                break
-        return elapsed, len(new), res.stats.steps, gap
+        run = run_autolade(self.model, ids, max_new_tokens=self.n, config=cand.config, policy=policy, eos=self.eos,
+                           timer=self.timer)
+        div = divergence(ref.tokens, run.tokens, ref)
+        if div is not None and not div.within_noise(self.noise):
+            gap = "unknown" if div.gap_top2 is None else f"{div.gap_top2:.3g}"
+            raise ExactnessError(f"{cand.label()}: token {div.index} differs from greedy, top-2 gap {gap}")
+        return run.seconds, len(run.tokens), run.stats.steps, None if div is None else div.gap_top2
 
 
 def measure(runner: Runner, prompts: Sequence[torch.Tensor], cand: Candidate, *, pld: bool = False,
@@ -179,8 +163,7 @@ def measure(runner: Runner, prompts: Sequence[torch.Tensor], cand: Candidate, *,
     for i, ids in enumerate(prompts):
         key = offset + i
         runner.reference(key, ids)
-        order = ["greedy", "ours", "pld"] if i % 2 == 0 else ["ours", "pld", "greedy"]
-        for what in order:
+        for what in rotate(["greedy", "ours", "pld"], i % 2):
             if what == "greedy":
                 m.greedy_s.append(runner.greedy(ids))
             elif what == "pld" and pld:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -15,15 +16,14 @@ from autolade.bench import (
     BenchPrompt,
     Run,
     config_label,
-    copy_workload,
     format_table,
     markdown_table,
-    parse_config,
-    parse_method,
     run_benchmark,
     write_report,
 )
-from autolade.config import LookaheadConfig
+from autolade.bench import run as bench_run
+from autolade.config import LookaheadConfig, parse_config, parse_method
+from autolade.prompts import COPY_INSTRUCTIONS, copy_workload
 from autolade.errors import ConfigError
 
 from tiny import repetitive_prompt, tiny_llama
@@ -123,15 +123,16 @@ def test_ratios_and_split(report):
 
 def test_divergence_records_reference_gap(model, monkeypatch):
     """A method that flips a token: index, tokens and the reference's top-2 gap are recorded."""
-    real = bench._run_method
+    real = bench_run._run_method
 
     def flipped(mdl, method, ids, n, cost=None):
-        tokens, secs, stats = real(mdl, method, ids, n, cost)
+        run = real(mdl, method, ids, n, cost)
         if method.name == "al greedy":
-            tokens = tokens[:3] + [(tokens[3] + 1) % 96] + tokens[4:]
-        return tokens, secs, stats
+            tokens = run.tokens[:3] + [(run.tokens[3] + 1) % 96] + run.tokens[4:]
+            return dataclasses.replace(run, tokens=tokens)
+        return run
 
-    monkeypatch.setattr(bench, "_run_method", flipped)
+    monkeypatch.setattr(bench_run, "_run_method", flipped)
     ids = repetitive_prompt(seed=5)
     rep = run_benchmark(
         model=model, prompts={"x": [ids]}, configs={"al greedy": CONFIGS["al greedy"]}, max_new_tokens=N_NEW, warmup=0
@@ -191,6 +192,8 @@ def test_parse_config():
     assert config_label(parse_config("0,4,0,10")) == "al lookup10"
     assert config_label(parse_config("4,4,4,10")) == "al W4N4G4+L10"
     assert config_label(parse_config("4,4,4,0"), "adaptive") == "al W4N4G4 adaptive"
+    assert config_label(parse_config("0,4,0,16,drafts=3,scaled=1")) == "al lookup16x3s"
+    assert config_label(*parse_method("2,3,2,16,policy=policies/adaptive-cpu.json")) == "al W2N3G2+L16 adaptive-cpu"
 
 
 def test_bad_arguments(model):
@@ -258,7 +261,7 @@ def test_copy_set_built_from_humaneval():
     originals = load_workload("code", limit=4)
     assert originals[0].text in prompts[0].text
     assert originals[1].text not in prompts[1].text  # a typo was put in
-    assert len(prompts[1].text) == len(bench.COPY_INSTRUCTIONS[1] + originals[1].text)
+    assert len(prompts[1].text) == len(COPY_INSTRUCTIONS[1] + originals[1].text)
 
 
 def _word_tokenizer(vocab: int):

@@ -146,7 +146,7 @@ def test_profile_command_on_a_tiny_model(home, tmp_path, one_thread):
 
 
 def test_profile_stores_a_predicted_profile_that_generate_reports(home, tmp_path, one_thread):
-    from test_tables import WINDOW, synthetic_table
+    from test_tables import synthetic_table
 
     from autolade import api
     from autolade.acceptance import model_tokenizer_fingerprint

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
 
-import pytest
 
 from autolade.acceptance import GREEDY_SETTING, AcceptanceRow, AcceptanceTable, Setting
 from autolade.config import SCALED_LOOKUP, LookaheadConfig

@@ -11,6 +11,7 @@ from autolade import api
 from autolade.config import LookaheadConfig
 from autolade.errors import ConfigError
 from autolade.hardware import probe_hardware
+from autolade.harness import Reference
 from autolade.store import ProfileStore
 from autolade.tune import (
     Candidate,
@@ -76,11 +77,11 @@ def test_diverging_output_fails_the_trial(smollm2):
     model, tok = smollm2
     ids = tok("Hello", return_tensors="pt").input_ids
     runner = Runner(model, max_new_tokens=4, eos=[2])
-    ref, gaps = runner.reference(0, ids)
-    runner._ref[0] = ([t + 1 for t in ref], [5.0] * len(ref))  # a reference the engine cannot match
+    ref = runner.reference(0, ids).tokens
+    runner._ref[0] = Reference([t + 1 for t in ref], [5.0] * len(ref))  # a reference the engine cannot match
     with pytest.raises(ExactnessError, match="top-2 gap 5"):
         runner.ours(0, ids, Candidate(LookaheadConfig(window=1), None))
-    runner._ref[0] = ([t + 1 for t in ref], [1e-6] * len(ref))  # the same flip within float noise: tolerated
+    runner._ref[0] = Reference([t + 1 for t in ref], [1e-6] * len(ref))  # the same flip within float noise: tolerated
     _, _, _, gap = runner.ours(0, ids, Candidate(LookaheadConfig(window=1), None))
     assert gap == pytest.approx(1e-6)
 
@@ -108,7 +109,7 @@ def test_finalists_are_distinct_behaviours_and_old_trials_still_load():
               {**lookup, "prompt_lookup_scaled": True}]
     picked = pick_finalists(ranked, TuneOptions(finalists=3))
     # the 2nd differs only in the W/N the lookup policy ignores: it is the 1st again, so the 4th gets in
-    assert [c.label() for c in picked] == ["L=8x2 lookup", "greedy", "L=8x2s lookup"]
+    assert [c.label() for c in picked] == ["lookup8 lookup", "greedy", "lookup8s lookup"]
     old = {k: v for k, v in lookup.items() if k != "prompt_lookup_scaled"}  # a study from before scaled drafts
     assert candidate_from_params(old, TuneOptions()).config.prompt_lookup_scaled is False
     # an adaptive trial from before start_off / probe_backoff: the window starts on, probes never back off
@@ -120,7 +121,7 @@ def test_finalists_are_distinct_behaviours_and_old_trials_still_load():
         "start_window"] == 0
     # the lookup branch may size drafts by the step curve; without a curve the tuner does not offer it
     cost_aware = candidate_from_params({**lookup, "lookup_sizing": "cost"}, TuneOptions())
-    assert cost_aware.policy == {"name": "cost-aware"} and cost_aware.label() == "L=8x2 cost-aware"  # no W: it runs none
+    assert cost_aware.policy == {"name": "cost-aware"} and cost_aware.label() == "lookup8 cost-aware"  # no W: it runs none
     assert candidate_from_params({**lookup, "lookup_sizing": "cost"},
                                  TuneOptions(search_cost_aware=False)).policy["name"] == "lookup"
 

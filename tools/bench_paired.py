@@ -16,7 +16,12 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autolade.bench.report import HF_GREEDY  # noqa: E402
 
 
 def paired(report: dict, base: str) -> list[dict]:
@@ -24,7 +29,7 @@ def paired(report: dict, base: str) -> list[dict]:
     for run in report["runs"]:
         by.setdefault((run["set"], run["prompt"]), {})[run["method"]] = run
     for runs in by.values():  # the report keeps the tokens of the reference and of diverged runs only
-        ref = runs.get("hf-greedy", {}).get("tokens")
+        ref = runs.get(HF_GREEDY, {}).get("tokens")
         for run in runs.values():
             if run.get("tokens") is None and run.get("exact"):
                 run["tokens"] = ref
@@ -60,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = paired(json.loads(Path(args.report).read_text()), args.base)
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
-    print(f"| set | method | identical to base | x base (identical) | geo-mean | x base (all prompts) |")
+    print("| set | method | identical to base | x base (identical) | geo-mean | x base (all prompts) |")
     print("|---|---|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['set']} | {r['method']} | {r['identical']} | {fmt(r['ratio_identical'])} | "

@@ -20,7 +20,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,52 +27,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from autolade import api  # noqa: E402
+from autolade.config import parse_config  # noqa: E402
+from autolade.harness import rotate, run_autolade, run_hf, setting_label  # noqa: E402
 from autolade.prompts import encode_prompt, load_workload  # noqa: E402
 
 HF = "hf-sample"
 
 
-def parse_config(spec: str) -> dict:
-    """``default`` (what generate picks: stored profile, else built-in) or ``W,N,G[,LOOKUP]``."""
-    if spec == "default":
-        return {}
-    parts = [int(x) for x in spec.split(",")]
-    from autolade.config import LookaheadConfig
-
-    kw = dict(zip(("window", "ngram", "guesses", "prompt_lookup"), parts))
-    return {"config": LookaheadConfig(**kw)}
+def parse_spec(spec: str) -> dict:
+    """``default`` (what generate picks: stored profile, else built-in) or ``W,N,G[,LOOKUP][,key=value...]``."""
+    return {} if spec == "default" else {"config": parse_config(spec)}
 
 
 def label(spec: str) -> str:
-    if spec == "default":
-        return "autolade (default)"
-    parts = spec.split(",")
-    name = f"autolade W{parts[0]} N{parts[1]} G{parts[2]}"
-    return name + (f" lookup={parts[3]}" if len(parts) > 3 else " +lookup")
-
-
-def run_hf(model, ids, temperature, seed, max_new_tokens, pad):
-    torch.manual_seed(seed)
-    t0 = time.perf_counter()
-    out = model.generate(
-        ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=temperature,
-        max_new_tokens=max_new_tokens, pad_token_id=pad,
-    )  # fmt: skip
-    _sync(model)
-    return out.shape[1] - ids.shape[1], time.perf_counter() - t0, None
-
-
-def run_autolade(model, ids, temperature, seed, max_new_tokens, kw):
-    t0 = time.perf_counter()
-    res = api.generate(model, ids, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature, seed=seed, **kw)
-    _sync(model)
-    return res.sequences.shape[1] - ids.shape[1], time.perf_counter() - t0, res.stats
-
-
-def _sync(model):
-    dev = next(model.parameters()).device
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+    return "autolade (default)" if spec == "default" else f"autolade {setting_label(parse_config(spec))}"
 
 
 def main(argv=None) -> int:
@@ -94,16 +61,20 @@ def main(argv=None) -> int:
     specs = args.config or ["default", "4,4,4"]
     temps = [float(t) for t in args.temperatures.split(",")]
     model, tok = api.load(args.model, dtype=args.dtype)
-    gen = model.generation_config
-    pad = gen.pad_token_id if gen.pad_token_id is not None else (gen.eos_token_id if isinstance(gen.eos_token_id, int) else 0)
-    methods = [(HF, None)] + [(label(s), parse_config(s)) for s in specs]
+    methods = [(HF, None)] + [(label(s), parse_spec(s)) for s in specs]
     sets = {name: load_workload(name, limit=args.prompts) for name in args.sets.split(",")}
     encoded = {n: [encode_prompt(tok, p.text, kind=p.kind) for p in ps] for n, ps in sets.items()}
 
     def call(name, kw, ids, temperature, seed):
+        """(new tokens, seconds, autolade stats or None): HF sampling (seeded through torch's global
+        generator, before the clock starts) or autolade sampling with its own seed."""
+        sample = {"do_sample": True, "temperature": temperature}
         if name == HF:
-            return run_hf(model, ids, temperature, seed, args.max_new_tokens, pad)
-        return run_autolade(model, ids, temperature, seed, args.max_new_tokens, kw)
+            torch.manual_seed(seed)
+            run = run_hf(model, ids, max_new_tokens=args.max_new_tokens, **sample)
+        else:
+            run = run_autolade(model, ids, max_new_tokens=args.max_new_tokens, seed=seed, **sample, **kw)
+        return len(run.tokens), run.seconds, run.stats
 
     first = next(iter(encoded.values()))[0]
     for _ in range(args.warmup):
@@ -116,7 +87,7 @@ def main(argv=None) -> int:
     for set_name, prompts in encoded.items():
         for temperature in temps:
             for i, ids in enumerate(prompts):
-                order = methods[k % len(methods) :] + methods[: k % len(methods)]
+                order = rotate(methods, k)
                 k += 1
                 for name, kw in order:
                     n, secs, stats = call(name, kw, ids, temperature, i)

@@ -1,0 +1,101 @@
+"""``autolade bench`` / ``tools/bench.py``: load the model and the prompt sets, run, print, write."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ..config import parse_method
+from ..errors import ConfigError
+from .render import divergences, fmt, format_table, out_path, write_report
+from .report import BenchReport, Run, write_json
+from .run import config_label, default_configs, load_sets, run_benchmark
+
+
+def bench_main(
+    *,
+    model: str = "smollm2-135m",
+    dtype: str = "bfloat16",
+    sets: str = "chat,code",
+    prompts: int | None = 10,
+    max_new_tokens: int = 128,
+    configs: Sequence[str] = (),
+    profiles: Sequence[str] = (),
+    heldout: bool = False,
+    baselines: str = "greedy,pld",
+    warmup: int = 1,
+    repeats: int = 1,
+    max_seconds: float | None = None,
+    threads: int | None = None,
+    device: str | None = None,
+    out: str | None = "out/bench",
+    echo: Callable[[str], None] = print,
+    progress: Callable[[str], None] | None = None,
+) -> BenchReport:
+    """Load, run, print the table, write ``out.json`` and ``out.png``; what the CLI calls.
+    ``profiles``: workloads whose stored profile (this machine, model, dtype) is timed too."""
+    from ..settings import stored_profile
+    from ..models import load
+
+    if threads is not None:
+        if threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    parsed = [parse_method(s) for s in configs] if configs or profiles else [(c, None) for c in default_configs().values()]
+    named: dict[str, Any] = {}
+    for c, pol in parsed:
+        base = config_label(c, pol)
+        label, n = base, 2
+        while label in named:
+            label, n = f"{base}#{n}", n + 1
+        named[label] = c if pol is None else (c, pol)
+    prompt_sets = load_sets(sets.split(","), limit=prompts, heldout=heldout)
+    lm, tok = load(model, dtype=dtype, device=device)
+    say = progress or (lambda _msg: None)
+    for workload in profiles:
+        prof, source = stored_profile(lm, workload)
+        named[f"profile:{prof.workload}"] = (prof.settings, prof.policy)
+        say(f"profile:{prof.workload} = {config_label(prof.settings, prof.policy)} from {source}")
+    total = sum(len(v) for v in prompt_sets.values())
+    seen: set[tuple[str, str]] = set()
+
+    def on_result(run: Run) -> None:
+        key = (run.set, run.prompt)
+        if key not in seen:
+            seen.add(key)
+            say(f"[{len(seen)}/{total}] {run.set} {run.prompt}")
+        mark = "" if run.exact in (None, True) else f"  DIVERGED at {run.diverged_at} (gap {fmt(run.gap_top2, '.3g')})"
+        say(f"    {run.method:<18} {run.new_tokens:4d} tok {run.time_s:7.2f} s  x{fmt(run.speedup_vs_greedy)}{mark}")
+
+    report = run_benchmark(
+        model=lm,
+        tokenizer=tok,
+        prompts=prompt_sets,
+        configs=named,
+        max_new_tokens=max_new_tokens,
+        baselines=[b.strip() for b in baselines.split(",") if b.strip()],
+        warmup=warmup,
+        repeats=repeats,
+        max_seconds=max_seconds,
+        on_result=on_result,
+        on_prompt=(lambda partial: write_json(partial, out_path(out, ".json"))) if out else None,
+    )
+    report.environment["model_arg"] = model
+    echo(format_table(report))
+    if report.settings.get("stopped_early"):
+        echo(f"\nstopped early: {report.settings['stopped_early']}")
+    div = divergences(report)
+    if div:
+        echo("")
+        echo("first divergences from HF greedy (index in new tokens, reference top-2 gap, ref - got logit):")
+        for r in div:
+            echo(
+                f"  {r.set} {r.prompt} {r.method}: at {r.diverged_at}, gap {fmt(r.gap_top2, '.4g')}, "
+                f"chosen {fmt(r.gap_chosen, '.4g')}  {r.context or ''}"
+            )
+    if out:
+        js, png = write_report(report, out)
+        echo(f"\nwrote {js} and {png}")
+    return report
