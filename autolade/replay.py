@@ -20,9 +20,10 @@ from typing import Protocol
 from .config import LookaheadConfig
 from .curve import StepCurve
 from .engine.layout import DraftTree
-from .engine.pool import SuffixIndex
+from .engine.prompt_lookup import SuffixIndex
+from .engine.steps import StepOutcome, StepPlan
 from .errors import ConfigError
-from .policies import CostAwarePolicy, StepOutcome, StepPlan
+from .policies import CostAwarePolicy
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ class Lookup:
         self.name = f"lookup {length}x{drafts}{'s' if scaled else ''} (n-gram <= {max_ngram})"
 
     def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
-        return index.drafts(max_len=self.length, max_drafts=self.n_drafts, scaled=self.scaled)
+        return index.drafts(max_len=self.length, max_drafts=self.n_drafts, scaled=self.scaled)[0]
 
     def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
         pass
@@ -112,7 +113,7 @@ class CostAwareLookup:
 
     def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
         self._plan = plan = self.policy.plan()
-        drafts, self._m = index.lookup(max_len=plan.draft_len, max_drafts=plan.drafts, lengths=plan.draft_lens)
+        drafts, self._m = index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts, lengths=plan.draft_lens)
         return drafts
 
     def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
@@ -120,9 +121,10 @@ class CostAwareLookup:
         for d in drafts:
             tree.add(d)
         longest = max((len(d) for d in drafts), default=0)
-        self.policy.update(StepOutcome(self._plan, len(tree), len(tree) - 1, 0, 0, accepted,
-                                       "lookup" if accepted else "none", 0.0, 0.0, longest_draft=longest,
-                                       match_len=self._m))
+        self.policy.update(StepOutcome(plan=self._plan, packed=len(tree), lookup_nodes=len(tree) - 1, pool_nodes=0,
+                                       window_tokens=0, accepted=accepted,
+                                       accepted_from="lookup" if accepted else "none", step_s=0.0, forward_s=0.0,
+                                       longest_draft=longest, match_len=self._m))
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from autolade.config import LookaheadConfig
-from autolade.engine.decode import lookahead_decode
+from autolade.engine.decode import Drafter, lookahead_decode
+from autolade.engine.steps import StepPlan
 from tiny import hf_greedy, repetitive_prompt, tiny_gemma3, tiny_llama
 
 SETTINGS = [
@@ -111,8 +112,6 @@ def test_policies_keep_output_exact(llama, gemma, policy):
 
 def test_window_resized_every_step_stays_exact(llama):
     """A policy that changes W and G on every step (grow, shrink, off) keeps the output."""
-    from autolade.policies import StepPlan
-
     class Jittery:
         name = "jittery"
 
@@ -132,3 +131,21 @@ def test_window_resized_every_step_stays_exact(llama):
     out, log = lookahead_decode(llama, ids, config=cfg, max_new_tokens=80, policy=Jittery())
     assert out == hf_greedy(llama, ids, 80)
     assert {s.window for s in log.steps} >= {0, 1, 2, 3, 6, 8}
+
+
+def test_drafter_inserts_prompt_lookup_first_then_the_pool_and_credits_each_node():
+    cfg = LookaheadConfig(window=2, ngram=3, guesses=2, prompt_lookup=3, prompt_lookup_drafts=1,
+                          seed_pool_from_prompt=False)
+    drafter = Drafter(config=cfg, prompt=[1, 2, 3, 4, 1])
+    drafter.pool.add_many([1, 1], [(2, 9), (7, 8)])  # (2, 9) shares its first token with the lookup draft
+    plan = StepPlan(window=2, guesses=2, draft_len=3, drafts=1)
+    drafted = drafter.tree(plan)
+    # root 1, lookup draft 2 3 4 (nodes 1-3), then the pool, most recent first: 7 8 (nodes 4-5), 9 under 2 (node 6)
+    assert drafted.tree.tokens == [1, 2, 3, 4, 7, 8, 9]
+    assert drafted.ends == {"lookup": 4, "pool": 7}
+    assert (drafted.nodes("lookup"), drafted.nodes("pool"), drafted.nodes("other")) == (3, 3, 0)
+    assert drafted.found["lookup"].drafts == [(2, 3, 4)] and drafted.found["lookup"].match_len == 1
+    assert [drafted.accepted_from(p) for p in ([], [1, 2], [1, 6], [4, 5])] == ["none", "lookup", "pool", "pool"]
+    drafter.commit([2, 3])
+    assert drafter.tokens == [1, 2, 3, 4, 1, 2, 3]
+    assert drafter.tree(plan).found["lookup"].drafts == [(4, 1, 2)]  # the index saw the committed tokens

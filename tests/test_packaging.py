@@ -30,7 +30,7 @@ from autolade.store import ProfileStore
 
 shipped = json.loads((repo_profiles_dir() / "cpu-amd-epyc-2t-smollm2-135m-bf16-chat.json").read_text())
 with ProfileStore(":memory:") as store:
-    profile, source = store.lookup(
+    profile, source = store.find_profile(
         hardware_fingerprint="cpu:elsewhere:t1:avx2", hardware_class=shipped["hardware"]["class"],
         model_fingerprint="smollm2-135m:" + shipped["model"]["config_hash"], dtype="bfloat16", workload="chat")
 policy = make_policy("adaptive-cpu", LookaheadConfig())

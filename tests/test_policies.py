@@ -14,7 +14,8 @@ from autolade.policies import (
 
 
 def outcome(plan, *, packed, accepted=0, source="none", lookup=0, pool=0, window=0, ms=10.0, longest=0):
-    return StepOutcome(plan, packed, lookup, pool, window, accepted, source, ms / 1e3, ms / 1e3, longest)
+    return StepOutcome(plan=plan, packed=packed, lookup_nodes=lookup, pool_nodes=pool, window_tokens=window,
+                       accepted=accepted, accepted_from=source, step_s=ms / 1e3, forward_s=ms / 1e3, longest_draft=longest)
 
 
 def test_draft_length_learns_only_from_drafts_that_hit_the_cap():
@@ -140,11 +141,13 @@ def _lookup_step(pol, *, m, accepted, ms=10.0):
     plan = pol.plan()
     length = plan.draft_lens[m - 1]
     if not length:
-        pol.update(StepOutcome(plan, 1, 0, 0, 0, 0, "none", ms / 1e3, ms / 1e3, match_len=m))
+        pol.update(StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
+                               accepted_from="none", step_s=ms / 1e3, forward_s=ms / 1e3, match_len=m))
         return length
     acc = min(accepted, length)
-    pol.update(StepOutcome(plan, 1 + length, length, 0, 0, acc, "lookup" if acc else "none", ms / 1e3, ms / 1e3,
-                           longest_draft=length, match_len=m))
+    pol.update(StepOutcome(plan=plan, packed=1 + length, lookup_nodes=length, pool_nodes=0, window_tokens=0,
+                           accepted=acc, accepted_from="lookup" if acc else "none", step_s=ms / 1e3,
+                           forward_s=ms / 1e3, longest_draft=length, match_len=m))
     return length
 
 

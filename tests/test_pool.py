@@ -1,4 +1,5 @@
-from autolade.engine.pool import NgramPool, SuffixIndex
+from autolade.engine.pool import NgramPool, PoolSource
+from autolade.engine.steps import StepPlan
 
 
 def test_pool_lru_cap_and_order():
@@ -22,49 +23,13 @@ def test_pool_seed_and_resize():
     assert pool.get(1, 4) == [(2, 4)]
 
 
-def test_suffix_index_longest_match_most_recent_first():
-    idx = SuffixIndex(max_ngram=3)
-    idx.extend([5, 6, 7, 8, 9, 5, 6, 7, 1, 2, 5, 6, 7])
-    # suffix (5, 6, 7) occurred twice before: after the 2nd -> 1 2 ..., after the 1st -> 8 9 ...
-    assert idx.drafts(max_len=3, max_drafts=2) == [(1, 2, 5), (8, 9, 5)]
-    assert idx.drafts(max_len=2, max_drafts=1) == [(1, 2)]
-
-
-def test_suffix_index_falls_back_to_shorter_suffix_and_incremental():
-    idx = SuffixIndex(max_ngram=3)
-    idx.extend([1, 2, 3, 4])
-    assert idx.drafts(max_len=4, max_drafts=2) == []  # 4 never occurred before
-    idx.extend([2])
-    assert idx.drafts(max_len=4, max_drafts=2) == [(3, 4, 2)]  # only the 1-gram (2) matches
-    assert idx.drafts(max_len=0, max_drafts=2) == []
-
-
-def test_suffix_index_scaled_draft_length_follows_match_length():
-    idx = SuffixIndex(max_ngram=4)
-    seq = [1, 2, 3, 4, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24]
-    context = seq + [1, 2, 3, 4]
-    idx.extend(context)
-    # a 4-token match earns 2**4 = 16 tokens, capped by max_len
-    assert idx.drafts(max_len=32, max_drafts=1, scaled=True) == [tuple(context[4:20])]
-    assert idx.drafts(max_len=5, max_drafts=1, scaled=True) == [tuple(context[4:9])]
-    assert idx.drafts(max_len=32, max_drafts=1) == [tuple(context[4:])]  # unscaled: as long as max_len allows
-    idx.extend([99, 24])
-    # only the 1-token suffix (24) occurred before (followed by 1 2 3 4 99 24): 2**1 = 2 tokens
-    assert idx.drafts(max_len=32, max_drafts=1, scaled=True) == [(1, 2)]
-    assert len(idx.drafts(max_len=32, max_drafts=1)[0]) == 6  # unscaled: everything after the earlier 24
-
-
-def test_suffix_index_match_and_continuations():
-    idx = SuffixIndex(max_ngram=3)
-    assert idx.match() == (0, [])
-    idx.extend([5, 6, 7, 8, 9, 5, 6, 7, 1, 2, 5, 6, 7])
-    # (5, 6, 7) ended at 3 and 8 before (13 is the suffix itself): most recent first
-    assert idx.match() == (3, [8, 3])
-    assert idx.continuations([8, 3], length=2, max_drafts=3) == [(1, 2), (8, 9)]
-    # a continuation that is a prefix of an earlier draft adds nothing
-    idx2 = SuffixIndex(max_ngram=1)
-    idx2.extend([1, 2, 3, 1, 2, 3, 1])
-    assert idx2.match() == (1, [4, 1])
-    assert idx2.continuations([4, 1], length=2, max_drafts=3) == [(2, 3)]
-    idx2.extend([4])
-    assert idx2.match() == (0, [])
+def test_pool_source_drafts_up_to_g_ngrams_after_the_last_token():
+    source = PoolSource(cap=4)
+    source.pool.add_many([1, 1, 2], [(2, 3), (4, 5), (6, 7)])
+    plan = StepPlan(window=3, guesses=1, draft_len=0, drafts=0)
+    assert source.get_candidates(plan=plan, last=1).drafts == [(4, 5)]
+    wide = StepPlan(window=3, guesses=5, draft_len=0, drafts=0)
+    assert source.get_candidates(plan=wide, last=1).drafts == [(4, 5), (2, 3)]
+    assert source.get_candidates(plan=StepPlan(window=0, guesses=0, draft_len=0, drafts=0), last=1).drafts == []
+    source.update(tokens=[1, 2, 3])  # accepted tokens teach the pool nothing (the window feeds it)
+    assert source.get_candidates(plan=wide, last=1).drafts == [(4, 5), (2, 3)] and len(source.pool) == 3

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ..config import LookaheadConfig
-from ..policies import Policy, StaticPolicy, StepOutcome, StepPlan
 from .cache import KVCache
 from .layout import DraftTree, Layout, PackedStep, additive_mask
-from .pool import NgramPool, SuffixIndex
+from .pool import NgramPool, PoolSource
+from .prompt_lookup import PromptLookupSource
+from .sources import Candidates, DraftSource
+from .steps import Policy, StaticPolicy, StepOutcome, StepPlan
 from .verify import GreedyVerifier
 from .window import JacobiWindow
 
@@ -86,46 +88,71 @@ class ModelRunner:
         }
 
 
-class Drafter:
-    """The verification branch's sources (pool + suffix index) and the lookahead window."""
+@dataclass(frozen=True, kw_only=True)
+class Drafted:
+    """One step's draft tree and what each draft source put into it."""
 
-    def __init__(self, config: LookaheadConfig, prompt: Sequence[int]) -> None:
+    tree: DraftTree
+    ends: dict[str, int]  # source name -> tree size (root included) after its drafts, in insertion order
+    found: dict[str, Candidates]  # source name -> the candidates it offered
+
+    def nodes(self, name: str) -> int:
+        """Tree nodes the source added beyond prefixes shared with earlier sources (0 = no such source)."""
+        start = 1
+        for source, end in self.ends.items():
+            if source == name:
+                return end - start
+            start = end
+        return 0
+
+    def accepted_from(self, path: Sequence[int]) -> str:
+        """The source that added the accepted path's last node; "none" for an empty path."""
+        if path:
+            for source, end in self.ends.items():
+                if path[-1] < end:
+                    return source
+        return "none"
+
+
+class Drafter:
+    """The verification branch's draft sources (prompt lookup, then the n-gram pool) and the lookahead window."""
+
+    def __init__(self, *, config: LookaheadConfig, prompt: Sequence[int]) -> None:
         self.config = config
-        self.index = SuffixIndex(max_ngram=max(config.prompt_lookup_ngram, 1))
-        self.index.extend(prompt)
+        self.tokens: list[int] = []  # the context: prompt + committed tokens
+        # insertion order = tree order: prompt-lookup drafts first, then pool n-grams
+        self.sources: list[DraftSource] = [
+            PromptLookupSource(max_ngram=max(config.prompt_lookup_ngram, 1), scaled=config.prompt_lookup_scaled)
+        ]
         self.pool: NgramPool | None = None
         self.window: JacobiWindow | None = None
         if config.lookahead:
-            self.pool = NgramPool(cap=config.pool_cap)
+            source = PoolSource(cap=config.pool_cap)
+            self.pool = source.pool
             if config.seed_pool_from_prompt and config.levels >= 1:
                 self.pool.seed(prompt, n=config.ngram)
+            self.sources.append(source)
             self.window = JacobiWindow(width=config.window, levels=config.levels, seed_tokens=prompt)
+        self.commit(prompt)
 
-    def lookup_drafts(self, plan: StepPlan) -> tuple[list[tuple[int, ...]], int]:
-        """This step's prompt-lookup drafts and the length of the suffix match they follow."""
-        return self.index.lookup(max_len=plan.draft_len, max_drafts=plan.drafts,
-                                 scaled=self.config.prompt_lookup_scaled, lengths=plan.draft_lens)
-
-    def tree(self, plan: StepPlan) -> tuple[DraftTree, int, int, int]:
-        """The draft tree for this step, how many of its nodes (root included) came from prompt lookup,
-        the longest prompt-lookup draft and the suffix-match length it followed."""
-        last = self.index.tokens[-1]
+    def tree(self, plan: StepPlan) -> Drafted:
+        """The draft tree for this step: every source's candidates, in source order."""
+        last = self.tokens[-1]
         tree = DraftTree(last)
-        drafts, match_len = self.lookup_drafts(plan)
-        for draft in drafts:
-            tree.add(draft)
-        longest = max((len(d) for d in drafts), default=0)
-        lookup_nodes = len(tree)
-        if self.pool is not None and plan.guesses:
-            for gram in self.pool.get(last, plan.guesses):
-                tree.add(gram)
-        return tree, lookup_nodes, longest, match_len
+        ends: dict[str, int] = {}
+        found: dict[str, Candidates] = {}
+        for source in self.sources:
+            found[source.name] = candidates = source.get_candidates(plan=plan, last=last)
+            for draft in candidates.drafts:
+                tree.add(draft)
+            ends[source.name] = len(tree)
+        return Drafted(tree=tree, ends=ends, found=found)
 
     def window_rows(self, plan: StepPlan) -> list[list[int]] | None:
         if self.window is None or plan.window <= 0:
             return None
         if plan.window != self.window.width:
-            self.window.resize(plan.window, fill_tokens=self.index.tokens[-64:])
+            self.window.resize(plan.window, fill_tokens=self.tokens[-64:])
         return self.window.rows
 
     def advance_window(self, predictions: list[int]) -> None:
@@ -134,7 +161,10 @@ class Drafter:
             self.pool.add_many(keys, grams)
 
     def commit(self, tokens: Sequence[int]) -> None:
-        self.index.extend(tokens)
+        tokens = [int(tok) for tok in tokens]
+        self.tokens.extend(tokens)
+        for source in self.sources:
+            source.update(tokens=tokens)
 
 
 def prefill(runner: ModelRunner, cache: KVCache, prompt: torch.Tensor) -> torch.Tensor:
@@ -158,36 +188,39 @@ def lookahead_step(
     """One packed forward: verify the draft tree, advance the window, keep the accepted KV rows."""
     t0 = time.perf_counter()
     base = cache.length  # = position of the last accepted token, which is not in the cache yet
-    tree, n_lookup, longest_draft, match_len = drafter.tree(plan)
+    drafted = drafter.tree(plan)
+    tree = drafted.tree
+    lookup = drafted.found.get(PromptLookupSource.name, Candidates())
     rows = drafter.window_rows(plan)
     if len(tree) == 1 and rows is None:
         tf = time.perf_counter()
         logits = decode_one_token(runner, cache, tree.tokens[0])
-        tok = verifier.first(logits, drafter.index.tokens)
+        tok = verifier.first(logits, drafter.tokens)
         forward_s = time.perf_counter() - tf
-        return [tok], StepOutcome(plan, 1, 0, 0, 0, 0, "none", time.perf_counter() - t0, forward_s, match_len=match_len)
+        return [tok], StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
+                                  accepted_from="none", step_s=time.perf_counter() - t0, forward_s=forward_s,
+                                  match_len=lookup.match_len)
     step = layout.build(tree, rows, t=base)
     mask = runner.packed_mask(step, base)
     tf = time.perf_counter()
     logits = runner.forward(step.input_ids, step.position_ids, cache, mask=mask, keep=step.keep)  # [m, V]
-    path, new = verifier.verify(tree, logits[: step.n_tree], drafter.index.tokens)  # waits for the forward
+    path, new = verifier.verify(tree, logits[: step.n_tree], drafter.tokens)  # waits for the forward
     forward_s = time.perf_counter() - tf
     if rows is not None:
         drafter.advance_window(logits[step.n_tree :].argmax(-1).tolist())
     cache.keep(base, [0] + path)
-    source = "none" if not path else ("lookup" if path[-1] < n_lookup else "pool")
     outcome = StepOutcome(
         plan=plan,
         packed=step.size,
-        lookup_nodes=n_lookup - 1,
-        pool_nodes=len(tree) - n_lookup,
+        lookup_nodes=drafted.nodes(PromptLookupSource.name),
+        pool_nodes=drafted.nodes(PoolSource.name),
         window_tokens=step.size - len(tree),
         accepted=len(path),
-        accepted_from=source,
+        accepted_from=drafted.accepted_from(path),
         step_s=time.perf_counter() - t0,
         forward_s=forward_s,
-        longest_draft=longest_draft,
-        match_len=match_len,
+        longest_draft=max((len(d) for d in lookup.drafts), default=0),
+        match_len=lookup.match_len,
     )
     return new, outcome
 
@@ -216,7 +249,7 @@ def lookahead_decode(
     capacity = len(prompt_list) + max_new_tokens + config.packed_size() + 8
     cache = runner.new_cache(capacity)
     layout = Layout(device=runner.device)
-    drafter = Drafter(config, prompt_list)
+    drafter = Drafter(config=config, prompt=prompt_list)
     eos = set(int(e) for e in eos_ids)
     log = DecodeLog()
     out: list[int] = []

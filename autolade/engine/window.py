@@ -37,10 +37,6 @@ class JacobiWindow:
     def row_width(self) -> int:
         return len(self.rows[0])
 
-    def flat(self) -> list[int]:
-        """Tokens level by level: the packed lookahead input."""
-        return [tok for row in self.rows for tok in row]
-
     def advance(self, new_row: Sequence[int]) -> tuple[list[int], list[tuple[int, ...]]]:
         """One Jacobi step given the predictions from the newest level; returns the finished n-grams.
 

@@ -1,0 +1,75 @@
+"""What one decode step packs and what it did: the types the loop and the runtime policies share.
+
+The decode loop calls ``policy.plan()`` before a step and ``policy.update(outcome)`` after it (the
+two-method shape of transformers' candidate generators). A policy holds no model and never changes
+the output: it only chooses how many tokens the verifier gets to check. ``StaticPolicy`` (the
+config's fixed W/N/G every step) is the loop's default; the adaptive ones live in
+``autolade.policies``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from ..config import LookaheadConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPlan:
+    """What one step packs."""
+
+    window: int  # W for this step; 0 = no lookahead branch (the window state is kept, not reset)
+    guesses: int  # G: pool n-grams to verify
+    draft_len: int  # longest prompt-lookup draft; 0 = none
+    drafts: int  # prompt-lookup drafts (distinct earlier occurrences)
+    draft_lens: tuple[int, ...] = ()  # draft length after an m-token suffix match at index m-1 (0 = no draft); () = draft_len
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepOutcome:
+    """What one step did; ``accepted`` counts draft tokens accepted, the bonus token not included."""
+
+    plan: StepPlan
+    packed: int  # tokens in the forward (1 = plain greedy step)
+    lookup_nodes: int  # draft-tree nodes from prompt lookup
+    pool_nodes: int  # draft-tree nodes added by pool n-grams (beyond shared prefixes)
+    window_tokens: int  # lookahead-branch tokens in the forward
+    accepted: int
+    accepted_from: str  # "none", "lookup" (prompt-lookup draft) or "pool" (a pool n-gram or its extension)
+    step_s: float  # wall time of the whole step
+    forward_s: float  # wall time of the model forward alone
+    longest_draft: int = 0  # tokens in the longest prompt-lookup draft packed (0 = none)
+    match_len: int = 0  # tokens of the suffix match the prompt-lookup drafts came from (0 = none)
+
+
+class Policy(Protocol):
+    name: str
+
+    def plan(self) -> StepPlan: ...
+
+    def update(self, outcome: StepOutcome) -> None: ...
+
+
+class StaticPolicy:
+    """Every step as the config says (the paper's fixed W/N/G)."""
+
+    name = "static"
+
+    def __init__(self, config: LookaheadConfig) -> None:
+        look = config.lookahead
+        self._plan = StepPlan(
+            window=config.window if look else 0,
+            guesses=config.guesses if look else 0,
+            draft_len=config.prompt_lookup,
+            drafts=config.prompt_lookup_drafts if config.prompt_lookup else 0,
+        )
+
+    def plan(self) -> StepPlan:
+        return self._plan
+
+    def update(self, outcome: StepOutcome) -> None:
+        pass
+
+    def to_dict(self) -> dict:
+        return {"name": self.name}
