@@ -416,7 +416,8 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
     from .paths import user_dir
     from .prompts import workload_tag
     from .store import ProfileStore
-    from .tune import TuneOptions, study_name_for, tune as run_tune
+    from .tune import TuneOptions, study_name_for
+    from .tune import tune as run_tune
 
     opts = TuneOptions(trials=trials, budget_s=parse_duration(budget), max_new_tokens=max_new_tokens,
                        tune_prompts=tune_prompts, holdout_prompts=holdout_prompts, search_policy=not no_policy)
@@ -466,12 +467,15 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, outp
 
     Saved to the store after every setting, so an interrupted run keeps what it measured."""
     import platform
-
-    from . import api
     from pathlib import Path
 
+    from . import api
     from .acceptance import (
-        compact_grid, default_grid, measure_acceptance, model_tokenizer_fingerprint, read_acceptance_file,
+        compact_grid,
+        default_grid,
+        measure_acceptance,
+        model_tokenizer_fingerprint,
+        read_acceptance_file,
         write_acceptance_file,
     )
     from .models import model_fingerprint

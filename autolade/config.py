@@ -85,7 +85,7 @@ class LookaheadConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LookaheadConfig":
+    def from_dict(cls, data: dict[str, Any]) -> LookaheadConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"decoding settings must be a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
@@ -94,7 +94,7 @@ class LookaheadConfig:
             raise ConfigError(f"unknown decoding setting(s) {unknown}; known: {sorted(known)}")
         return cls(**data)
 
-    def with_(self, **changes: Any) -> "LookaheadConfig":
+    def with_(self, **changes: Any) -> LookaheadConfig:
         return replace(self, **changes)
 
 

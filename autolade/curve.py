@@ -133,7 +133,7 @@ class StepCurve:
         }
 
     @classmethod
-    def from_dict(cls, data: Any) -> "StepCurve":
+    def from_dict(cls, data: Any) -> StepCurve:
         if not isinstance(data, dict):
             raise ProfileError(f"step curve must be a JSON object, got {type(data).__name__}")
         if data.get("version", CURVE_FORMAT_VERSION) != CURVE_FORMAT_VERSION:
@@ -247,7 +247,7 @@ def measure_step_curve(
                 model(input_ids=prefix, use_cache=True, **{cache_kwarg: cache})
             inputs = {k: _step_inputs(torch, k, context, vocab=vocab, device=device, dtype=dtype, gen=gen) for k in ks}
 
-            def step(k: int) -> float:
+            def step(k: int, inputs=inputs, cache=cache, context=context) -> float:  # bound: this context's
                 sync()
                 start = time.perf_counter()
                 model(**inputs[k], use_cache=True, **{cache_kwarg: cache})

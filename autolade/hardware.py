@@ -10,10 +10,11 @@ import platform
 import re
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-from .curve import (  # noqa: F401  (re-exported: the step curve is part of the hardware picture)
+from .curve import (
     StepCurve,
     measure_step_curve,
     packed_tokens,
@@ -295,7 +296,7 @@ def _cpu_benchmarks(torch: Any, *, quick: bool) -> dict[str, float | None]:
         try:
             a = torch.randn(n, n).to(dtype)
             b = torch.randn(n, n).to(dtype)
-            seconds = _median_time(lambda: torch.mm(a, b), budget=budget)
+            seconds = _median_time(lambda a=a, b=b: torch.mm(a, b), budget=budget)
             results[key] = 2 * n**3 / seconds
         except RuntimeError:
             results[key] = None
@@ -480,6 +481,6 @@ def environment(model: Any, *, command: str | None = None) -> dict[str, Any]:
         from .models import model_fingerprint
 
         env["model_fingerprint"] = model_fingerprint(model)
-    except Exception:  # noqa: BLE001 - informative only
+    except Exception:
         pass
     return env

@@ -34,7 +34,8 @@ def autolade_version() -> str:
     if version:
         return str(version)
     try:
-        from importlib.metadata import PackageNotFoundError, version as dist_version
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
 
         return dist_version("autolade")
     except PackageNotFoundError:
@@ -89,7 +90,7 @@ class Profile:
     def curve(self) -> StepCurve | None:
         return StepCurve.from_dict(self.step_curve) if self.step_curve is not None else None
 
-    def with_(self, **changes: Any) -> "Profile":
+    def with_(self, **changes: Any) -> Profile:
         return replace(self, **changes)
 
     def describe(self) -> str:

@@ -179,7 +179,7 @@ def replay(make_rule: Callable[[], DraftRule], traces: Sequence[Trace], curve: S
 def bound_results(traces: Sequence[Trace], curve: StepCurve) -> list[ReplayResult]:
     """The comparison tools/draft_bound.py prints: HF prompt lookup, fixed and scaled lookup (the CPU
     built-in default), the online cost-aware rule, and two oracle-sized bounds."""
-    scaled = lambda: Lookup(length=16, drafts=3, scaled=True)  # noqa: E731
+    scaled = lambda: Lookup(length=16, drafts=3, scaled=True)
     return [
         replay(lambda: HFPromptLookup(length=10), traces, curve),
         replay(lambda: Lookup(length=10, drafts=1), traces, curve),

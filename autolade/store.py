@@ -16,9 +16,9 @@ import json
 import sqlite3
 import time
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import sqlite_utils
 
@@ -27,7 +27,7 @@ from .config import LookaheadConfig
 from .curve import StepCurve
 from .errors import ProfileError, StoreError
 from .paths import repo_profiles_dir, user_dir
-from .profile_format import (  # noqa: F401  (re-exported: the store's JSON sharing format)
+from .profile_format import (
     FORMAT,
     VERSION,
     Profile,
@@ -224,7 +224,7 @@ class ProfileStore:
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> "ProfileStore":
+    def __enter__(self) -> ProfileStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:

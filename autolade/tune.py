@@ -400,7 +400,7 @@ def tune(
     tune_split, hold_split = split_workload(prompts, holdout_fraction=HOLDOUT_FRACTION, seed=opts.seed)
     if not tune_split or not hold_split:
         raise ConfigError(f"workload {workload!r} needs at least 2 prompts (one to tune on, one held out)")
-    enc = lambda ps: [encode_prompt(tokenizer, p.text, kind=p.kind) for p in ps]  # noqa: E731
+    enc = lambda ps: [encode_prompt(tokenizer, p.text, kind=p.kind) for p in ps]
     tune_ids, hold_ids = enc(tune_split[: opts.tune_prompts]), enc(hold_split[: opts.holdout_prompts])
     runner = Runner(model, max_new_tokens=opts.max_new_tokens, eos=eos_ids(model),
                     cost=curve.cost if curve is not None else None)

@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from tiny import hf_greedy, repetitive_prompt, tiny_llama
 
 import autolade
 from autolade import ConfigError, InputError, LookaheadConfig
 from autolade.api import generate
-from tiny import hf_greedy, repetitive_prompt, tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from click.testing import CliRunner
+from tiny import repetitive_prompt, tiny_llama
 
 from autolade import bench
 from autolade.bench import (
@@ -23,10 +24,8 @@ from autolade.bench import (
 )
 from autolade.bench import run as bench_run
 from autolade.config import LookaheadConfig, parse_config, parse_method
-from autolade.prompts import COPY_INSTRUCTIONS, copy_workload
 from autolade.errors import ConfigError
-
-from tiny import repetitive_prompt, tiny_llama
+from autolade.prompts import COPY_INSTRUCTIONS, copy_workload
 
 N_NEW = 8
 CONFIGS = {

@@ -5,7 +5,6 @@ from click.testing import CliRunner
 
 from autolade.cli import cli, parse_duration
 
-
 # conftest's temporary AUTOLADE_HOME shares the real converted-model cache. Explicit W/N/G, so no
 # stored profile is consulted.
 

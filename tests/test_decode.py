@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from tiny import hf_greedy, repetitive_prompt, tiny_gemma3, tiny_llama
 
 from autolade.config import LookaheadConfig
 from autolade.engine.decode import Drafter, lookahead_decode
 from autolade.engine.steps import StepPlan
-from tiny import hf_greedy, repetitive_prompt, tiny_gemma3, tiny_llama
 
 SETTINGS = [
     LookaheadConfig(window=0, guesses=0, prompt_lookup=0),  # plain greedy through the loop
@@ -98,7 +98,7 @@ def test_policies_keep_output_exact(llama, gemma, policy):
 
     # a bumpy CPU-like c(k) for the cost-aware policy: 3 packed tokens cost more than 8
     bumpy = {1: 40.0, 2: 65.0, 3: 90.0, 4: 66.0, 8: 65.0, 16: 80.0, 32: 100.0}
-    cost = lambda k: bumpy[min(bumpy, key=lambda x: abs(x - k))]  # noqa: E731
+    cost = lambda k: bumpy[min(bumpy, key=lambda x: abs(x - k))]
     for model, seed in ((llama, 0), (llama, 4), (gemma, 3)):
         ids = repetitive_prompt(seed=seed)
         cfg = LookaheadConfig(window=3, ngram=4, guesses=3, prompt_lookup=16, prompt_lookup_drafts=3,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny import hf_greedy, repetitive_prompt, tiny_llama
 
 from autolade.config import LookaheadConfig, parse_config
 from autolade.harness import (
@@ -22,8 +23,6 @@ from autolade.harness import (
     run_pld,
     setting_label,
 )
-
-from tiny import hf_greedy, repetitive_prompt, tiny_llama
 
 N_NEW = 12
 

@@ -7,8 +7,8 @@ from autolade.policies import (
     AdaptivePolicy,
     DraftLength,
     StaticPolicy,
-    StepPlan,
     StepOutcome,
+    StepPlan,
     make_policy,
 )
 
@@ -111,7 +111,7 @@ def test_adaptive_probe_backoff_probes_less_while_probes_lose_and_resets_on_a_sw
     backoff_pol = AdaptivePolicy(cfg, AdaptiveParams(start_window=0, max_window=2, probe_every=4, probe_steps=2,
                                                      probe_backoff=2.0))
     backoff = _drive(backoff_pol, 200, **lose)
-    probing = lambda widths: sum(w > 0 for w in widths)  # noqa: E731
+    probing = lambda widths: sum(w > 0 for w in widths)
     assert probing(fixed) >= 60  # 2 of every 6 steps
     # waits of 4, 8, 16, then 32 (8x probe_every) between 2-step probes: 7 probes in 200 steps
     assert probing(backoff) == 14
@@ -152,7 +152,7 @@ def _lookup_step(pol, *, m, accepted, ms=10.0):
 
 
 def test_cost_aware_sizes_drafts_by_the_curve_and_by_what_gets_accepted():
-    flat = lambda k: 10.0  # noqa: E731 - packed tokens are free: draft as long as allowed
+    flat = lambda k: 10.0
     pol = _cost_aware(flat)
     assert pol.plan().draft_lens == (16, 16, 16, 16) and pol.plan().window == 0
     # a bumpy CPU curve: 2-3 packed tokens cost 2x one, 8 only 1.5x; no draft of 1-2 tokens is worth it

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny import repetitive_prompt, tiny_llama
 
 from autolade.bench import load_sets
 from autolade.config import LookaheadConfig
@@ -23,8 +24,6 @@ from autolade.settings import (
     stored_profile,
 )
 from autolade.store import ProfileStore
-
-from tiny import repetitive_prompt, tiny_llama
 
 CHAT = LookaheadConfig(window=0, guesses=0, prompt_lookup=8, prompt_lookup_ngram=3)
 CODE = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_scaled=True,
@@ -113,8 +112,9 @@ def test_a_smooth_cpu_curve_without_a_table_gives_the_builtin_default(llama):
 
 
 def test_a_flat_curve_and_a_table_whose_window_accepts_give_the_predicted_window(llama):
+    from test_tables import WINDOW, FakeTokenizer, synthetic_table
+
     from autolade.acceptance import model_tokenizer_fingerprint
-    from test_tables import FakeTokenizer, WINDOW, synthetic_table
 
     _save_curve(llama, {300: {1: 10.0, 8: 10.0, 32: 10.2, 128: 10.5}})  # a GPU: packed tokens are free
     tok = FakeTokenizer()
@@ -129,8 +129,9 @@ def test_a_flat_curve_and_a_table_whose_window_accepts_give_the_predicted_window
 
 
 def test_generate_with_the_cost_aware_policy_uses_the_stored_curve(llama):
-    from autolade import generate
     from tiny import hf_greedy
+
+    from autolade import generate
 
     ids = repetitive_prompt(seed=1)
     cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_ngram=4)

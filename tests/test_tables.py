@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-
 from autolade.acceptance import GREEDY_SETTING, AcceptanceRow, AcceptanceTable, Setting
 from autolade.config import SCALED_LOOKUP, LookaheadConfig
 from autolade.curve import StepCurve
@@ -132,8 +131,8 @@ def test_profiles_import_takes_acceptance_tables_and_refuses_corrupt_ones(tmp_pa
 
 def test_verify_stores_greedy_when_the_prediction_loses():
     best, _ = predicted_settings(synthetic_table(), FLAT)
-    lose = lambda *a, **k: (0.9, 0.8)  # noqa: E731
-    win = lambda *a, **k: (1.4, 1.1)  # noqa: E731
+    lose = lambda *a, **k: (0.9, 0.8)
+    win = lambda *a, **k: (1.4, 1.1)
     assert verify_prediction(None, None, workload="chat", prediction=best, prompts=2, measure_fn=lose) == (False, 0.9, 0.8)
     assert verify_prediction(None, None, workload="chat", prediction=best, prompts=2, measure_fn=win)[0]
 

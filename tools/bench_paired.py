@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autolade.bench.report import HF_GREEDY  # noqa: E402
+from autolade.bench.report import HF_GREEDY
 
 
 def paired(report: dict, base: str) -> list[dict]:
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", required=True, help="the method to compare against, e.g. 'al lookup16x3s'")
     args = ap.parse_args(argv)
     rows = paired(json.loads(Path(args.report).read_text()), args.base)
-    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"
     print("| set | method | identical to base | x base (identical) | geo-mean | x base (all prompts) |")
     print("|---|---|---:|---:|---:|---:|")
     for r in rows:

@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from autolade import api  # noqa: E402
-from autolade.config import parse_config  # noqa: E402
-from autolade.harness import rotate, run_autolade, run_hf, setting_label  # noqa: E402
-from autolade.prompts import encode_prompt, load_workload  # noqa: E402
+from autolade import api
+from autolade.config import parse_config
+from autolade.harness import rotate, run_autolade, run_hf, setting_label
+from autolade.prompts import encode_prompt, load_workload
 
 HF = "hf-sample"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autolade.replay import Trace, bound_report  # noqa: E402
+from autolade.replay import Trace, bound_report
 
 
 def greedy_traces(model, tokenizer, sets: list[str], *, heldout: bool, limit: int, max_new_tokens: int) -> dict:

@@ -36,8 +36,8 @@ def bench_main(
 ) -> BenchReport:
     """Load, run, print the table, write ``out.json`` and ``out.png``; what the CLI calls.
     ``profiles``: workloads whose stored profile (this machine, model, dtype) is timed too."""
-    from ..settings import stored_profile
     from ..models import load
+    from ..settings import stored_profile
 
     if threads is not None:
         if threads < 1:

@@ -52,7 +52,7 @@ def table_rows(report: BenchReport, set_name: str) -> list[list[str]]:
 
 def _align(header: Sequence[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    fmt_row = lambda r: "  ".join(  # noqa: E731
+    fmt_row = lambda r: "  ".join(
         (str(c).ljust(w) if i == 0 else str(c).rjust(w)) for i, (c, w) in enumerate(zip(r, widths))
     )
     return [fmt_row(header), "  ".join("-" * w for w in widths), *[fmt_row(r) for r in rows]]

@@ -406,7 +406,7 @@ def _context(tokenizer, ref: list[int], d: int, got: int | None) -> str:
     def dec(toks):
         try:
             return tokenizer.decode(toks)
-        except Exception:  # noqa: BLE001 - a debugging aid only
+        except Exception:
             return str(toks)
 
     before = dec(ref[max(0, d - 8) : d])
