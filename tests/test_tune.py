@@ -23,7 +23,6 @@ from autolade.tune import (
     pick_finalists,
     suggest,
     tune,
-    workload_tag,
 )
 
 PROMPTS = [
@@ -67,7 +66,7 @@ def test_tune_saves_a_profile_resumes_and_generate_uses_it(smollm2, workload, tm
     assert any("4 trials done, 2 to run" in line for line in logs)
     # generate() with no settings now uses the stored profile for this hardware/model/dtype/workload
     ids = tok("Count down from 10 to 1.", return_tensors="pt").input_ids
-    out = api.generate(model, ids, max_new_tokens=4, workload=workload_tag(workload))
+    out = api.generate(model, ids, max_new_tokens=4, workload=workload)
     assert out.stats.settings_source.startswith("store:exact")
     assert out.stats.settings == res.best.config.to_dict()
 
