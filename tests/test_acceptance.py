@@ -17,6 +17,7 @@ from autolade.acceptance import (
     AcceptanceRow,
     AcceptanceTable,
     Setting,
+    compact_grid,
     default_grid,
     import_acceptance,
     measure_acceptance,
@@ -297,6 +298,23 @@ def test_an_interrupted_measurement_keeps_its_complete_rows():
         measure_acceptance(tiny_llama(), [repetitive_prompt()], (GREEDY_SETTING, LOOKUP4, WINDOW), max_new_tokens=12,
                            workload="code", on_row=save)
     assert [r.label for r in saved[-1].rows] == ["greedy", LOOKUP4.label]
+    # resuming measures only what is missing and keeps the interrupted run's rows as they were
+    lines = []
+    done = measure_acceptance(tiny_llama(), [repetitive_prompt()], (GREEDY_SETTING, LOOKUP4, WINDOW), max_new_tokens=12,
+                              workload="code", resume_from=saved[-1], progress=lines.append)
+    assert [r.label for r in done.rows] == ["greedy", LOOKUP4.label, WINDOW.label]
+    assert done.rows[:2] == saved[-1].rows and done.created == saved[-1].created
+    assert sum("measured before (resumed)" in line for line in lines) == 2
+    # a table of another measurement (other length) is not resumed from: everything is measured again
+    other = measure_acceptance(tiny_llama(), [repetitive_prompt()], (GREEDY_SETTING,), max_new_tokens=10,
+                               workload="code", resume_from=saved[-1])
+    assert [r.label for r in other.rows] == ["greedy"] and other.max_new_tokens == 10
+
+
+def test_compact_grid_is_a_subset_of_the_full_one():
+    full = {s.label for s in default_grid()}
+    compact = [s.label for s in compact_grid()]
+    assert len(compact) == len(set(compact)) == 13 and set(compact) <= full
 
 
 def test_measure_refuses_bad_arguments():
