@@ -31,7 +31,7 @@ from typing import Any
 
 from .config import GREEDY, SCALED_LOOKUP, LookaheadConfig
 from .errors import ConfigError, ProfileError
-from .profile_format import DTYPES, autolade_version, now_iso
+from .profile_format import DTYPES, _get, autolade_version, now_iso
 
 FORMAT = "autolade-acceptance"
 VERSION = 1
@@ -427,19 +427,6 @@ def _row_from_dict(data: Any, index: int) -> AcceptanceRow:
         context_median=_get(ctx, "median", int, where=f"{where}.context"),
         context_max=_get(ctx, "max", int, where=f"{where}.context"),
     )
-
-
-def _get(data: dict, key: str, kind: type | tuple[type, ...], *, where: str = "", required: bool = True) -> Any:
-    name = f"{where}.{key}" if where else key
-    if key not in data or data[key] is None:
-        if required:
-            raise ProfileError(f"missing field '{name}'")
-        return None
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, kind):
-        wanted = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ProfileError(f"field '{name}' must be {wanted}, got {type(value).__name__} {value!r:.60}")
-    return value
 
 
 def _is_number(value: Any) -> bool:

@@ -116,41 +116,6 @@ def _methods(configs: Mapping[str, Any], baselines: Sequence[str]) -> list[Metho
     return methods
 
 
-def _methods(configs: Mapping[str, Any], baselines: Sequence[str]) -> list[Method]:
-    unknown = [b for b in baselines if b not in BASELINES]
-    if unknown:
-        raise ConfigError(f"unknown baseline(s) {unknown}; choose from {', '.join(BASELINES)}")
-    if "greedy" not in baselines:
-        raise ConfigError("baselines must include 'greedy': it is the reference every ratio and exactness check uses")
-    methods = [Method(BASELINES[b], BASELINES[b]) for b in dict.fromkeys(baselines)]
-    for name, value in configs.items():
-        if isinstance(value, Method):
-            method = Method(str(name), "autolade", value.config, value.policy)
-        elif isinstance(value, LookaheadConfig):
-            method = Method(str(name), "autolade", value)
-        elif isinstance(value, Mapping) and isinstance(value.get("config"), LookaheadConfig):
-            method = Method(str(name), "autolade", value["config"], value.get("policy"))
-        elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], LookaheadConfig):  # (config, policy)
-            method = Method(str(name), "autolade", value[0], value[1])
-        else:
-            raise ConfigError(
-                f"config {name!r}: expected a LookaheadConfig, (config, policy_factory) or "
-                f"{{'config': ..., 'policy': ...}}, got {type(value).__name__}"
-            )
-        if method.policy is not None and not isinstance(method.policy, (str, dict)) and not callable(method.policy):
-            raise ConfigError(
-                f"config {name!r}: policy must be a name, a dict or a factory (callable), so each run starts fresh"
-            )
-        if isinstance(method.policy, (str, dict)):
-            # fail now, not after minutes of benchmarking (a stand-in c(k): the curve is checked at run time)
-            make_policy(method.policy, method.config, cost=lambda k: 1.0)
-        methods.append(method)
-    names = [m.name for m in methods]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"method names must be unique, got {names}")
-    return methods
-
-
 # --- prompt sets -------------------------------------------------------------------------------
 
 
