@@ -297,8 +297,9 @@ class ProfileStore:
 
         Order: exact (hardware fingerprint, model, dtype, workload) in the store, then in JSON
         files; then the same model/dtype/workload on hardware of the same class, store then
-        files; within a tier a tuned profile beats a predicted one (``autolade profile``: notes
-        start with "predicted"), then the most recently created wins. Sources read like
+        files; within a tier a tuned profile (store or file) beats a predicted one (``autolade
+        profile``: notes start with "predicted"), then the store beats files and the most
+        recently created wins. Sources read like
         ``store:exact:#12``, ``file:profiles/x.json:nearest-hardware`` or ``default`` (nothing
         matched: the caller falls back to the curve default, see ``latest_curve``).
 
@@ -311,16 +312,16 @@ class ProfileStore:
             "and {col} = ? order by (coalesce(notes, '') like 'predicted%') asc, created desc, id desc limit 1"
         )
         dirs = [*([repo_profiles_dir()] if include_repo_profiles else []), *profile_dirs]
-        files: list[tuple[Profile, str]] | None = None  # read only when the store has no match
+        files: list[tuple[Profile, str]] | None = None  # read only when the store has no tuned match
         for tier, column, value in (
             ("exact", "hardware_fingerprint", hardware_fingerprint),
             ("nearest-hardware", "hardware_class", hardware_class),
         ):
             with self._errors("read"):
                 rows = list(self.db.query(sql.format(col=column), [model_fingerprint, dtype, workload, value]))
-            if rows:
-                profile = _row_profile(rows[0])
-                return profile, f"store:{tier}:#{profile.id}"
+            stored = _row_profile(rows[0]) if rows else None
+            if stored is not None and not _is_predicted(stored):
+                return stored, f"store:{tier}:#{stored.id}"
             if files is None:
                 files = list(_profile_files(dirs))
             matches = [
@@ -331,10 +332,12 @@ class ProfileStore:
                 and profile.workload == workload
                 and getattr(profile, column) == value
             ]
-            if matches:
-                # a tuned profile beats one predicted from an acceptance table (notes "predicted ...")
-                profile, label = max(matches, key=lambda m: (not m[0].notes.startswith("predicted"), m[0].created))
-                return profile, f"file:{label}:{tier}"
+            # a tuned profile (store or file) beats one predicted from an acceptance table; then the store's
+            shared = max(matches, key=lambda m: (not _is_predicted(m[0]), m[0].created)) if matches else None
+            if shared is not None and (stored is None or not _is_predicted(shared[0])):
+                return shared[0], f"file:{shared[1]}:{tier}"
+            if stored is not None:
+                return stored, f"store:{tier}:#{stored.id}"
         return None, "default"
 
     # -- step curves
@@ -624,3 +627,8 @@ def read_profile_file(path: str | Path) -> Profile:
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: cannot read ({exc})") from None
     return profile_from_json(text, source=str(path))
+
+
+def _is_predicted(profile: Profile) -> bool:
+    """Whether ``autolade profile`` chose this profile from an acceptance table (not measured by a tune)."""
+    return (profile.notes or "").startswith("predicted")

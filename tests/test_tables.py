@@ -208,3 +208,27 @@ def test_a_tuned_profile_beats_a_predicted_one_on_the_same_hardware_and_a_predic
         store.save(prof("cpu:here", "predicted by autolade profile, later", WINDOW.config))
         found, _ = store.find_profile(**key)
         assert found.id == tuned and not is_predicted(found)
+
+
+def test_a_shipped_tuned_profile_of_this_hardware_beats_a_stored_prediction(tmp_path):
+    from autolade.profile_format import Profile
+    from autolade.store import profile_to_json
+
+    def prof(notes, settings):
+        return Profile(hardware_fingerprint="cpu:here", hardware_class="cpu:c", model_name="m", model_config_hash="h",
+                       dtype="float32", workload="chat", settings=settings, notes=notes)
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    key = dict(hardware_fingerprint="cpu:here", hardware_class="cpu:c", model_fingerprint=FP, dtype="float32",
+               workload="chat", include_repo_profiles=False, profile_dirs=[shared])
+    with ProfileStore(":memory:") as store:
+        predicted = store.save(prof("predicted by autolade profile from ...", WINDOW.config))
+        found, source = store.find_profile(**key)
+        assert found.id == predicted and source == f"store:exact:#{predicted}"  # no shared file yet
+        (shared / "tuned.json").write_text(profile_to_json(prof("tuned by autolade tune", LOOKUP.config)))
+        found, source = store.find_profile(**key)
+        assert not is_predicted(found) and found.settings == LOOKUP.config and source.startswith("file:")
+        (shared / "tuned.json").write_text(profile_to_json(prof("predicted elsewhere", SCALED_LOOKUP)))
+        found, source = store.find_profile(**key)  # predicted vs predicted: the store's
+        assert found.id == predicted
