@@ -443,13 +443,21 @@ def measure_row(model: Any, prompts: Sequence[Any], setting: Setting, *, max_new
 
     from .api import generate
 
-    per_prompt_tps, per_prompt_packed, hist, contexts = [], [], {}, []
-    steps = tokens = 0
+    runs = []
     for ids in prompts:
         ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, dtype=torch.long)
         ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
         res = generate(model, ids, max_new_tokens=max_new_tokens, config=setting.config, policy=setting.policy)
-        st = res.stats
+        runs.append((ids.shape[1], res.stats))
+    return row_from_runs(setting, runs)
+
+
+def row_from_runs(setting: Setting, runs: Sequence[tuple[int, Any]]) -> AcceptanceRow:
+    """Count what ``setting`` accepted and packed from runs already made, one ``(prompt length,
+    res.stats)`` per prompt (``measure_row``'s, or the tuner's timed ones: counts need no extra run)."""
+    per_prompt_tps, per_prompt_packed, hist, contexts = [], [], {}, []
+    steps = tokens = 0
+    for prompt_len, st in runs:
         if st.steps == 0:
             continue  # the prefill's token ended it (eos, or max_new_tokens=1): no step to count
         packed, accepted = st.per_step["packed"], st.per_step["accepted"]
@@ -459,7 +467,7 @@ def measure_row(model: Any, prompts: Sequence[Any], setting: Setting, *, max_new
         per_prompt_packed.append(sum(packed) / len(packed))
         for k in packed:
             hist[k] = hist.get(k, 0) + 1
-        context = ids.shape[1]  # KV length at the first step: the prompt (the prefill's token is fed in)
+        context = prompt_len  # KV length at the first step: the prompt (the prefill's token is fed in)
         for a in accepted:
             contexts.append(context)
             context += a + 1
@@ -478,6 +486,20 @@ def measure_row(model: Any, prompts: Sequence[Any], setting: Setting, *, max_new
         context_median=int(statistics.median(contexts)),
         context_max=max(contexts),
     )
+
+
+def empty_table(model: Any, tokenizer: Any = None, *, workload: str, max_new_tokens: int, prompts: int,
+                prompt_set: str = "", measured_on: str = "") -> AcceptanceTable:
+    """A table with no rows yet for this model (fingerprint, tokenizer, dtype) and measurement."""
+    from .models import model_fingerprint
+
+    fp = model_fingerprint(model)
+    return AcceptanceTable(
+        model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=fp["dtype"],
+        tokenizer_fingerprint=model_tokenizer_fingerprint(model, tokenizer),
+        workload=workload, max_new_tokens=max_new_tokens, prompts=prompts, rows=(),
+        prompt_set=prompt_set, measured_on=measured_on,
+    )  # fmt: skip
 
 
 def measure_acceptance(
@@ -500,8 +522,6 @@ def measure_acceptance(
     one line per setting. Greedy decoding only: acceptance of sampled decoding is not tabulated.
     ``resume_from``: an earlier, interrupted table of the same model, tokenizer, dtype, workload,
     prompt set and length; its rows are kept and their settings not measured again."""
-    from .models import model_fingerprint
-
     settings = tuple(default_grid() if settings is None else settings)
     if not prompts:
         raise ProfileError("measure_acceptance needs at least one prompt")
@@ -509,13 +529,8 @@ def measure_acceptance(
         raise ProfileError("settings must be a non-empty sequence of Setting (see default_grid())")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 2:
         raise ProfileError(f"max_new_tokens must be an integer >= 2, got {max_new_tokens!r}")
-    fp = model_fingerprint(model)
-    table = AcceptanceTable(
-        model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=fp["dtype"],
-        tokenizer_fingerprint=model_tokenizer_fingerprint(model, tokenizer),
-        workload=workload, max_new_tokens=max_new_tokens, prompts=len(prompts), rows=(),
-        prompt_set=prompt_set, measured_on=measured_on,
-    )  # fmt: skip
+    table = empty_table(model, tokenizer, workload=workload, max_new_tokens=max_new_tokens, prompts=len(prompts),
+                        prompt_set=prompt_set, measured_on=measured_on)
     if resume_from is not None and _same_measurement(resume_from, table):
         table = replace(table, rows=resume_from.rows, created=resume_from.created)
     done = {row.label for row in table.rows}

@@ -95,6 +95,7 @@ class Measured:
     tokens: list[int] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)  # top-2 gaps at tolerated divergences
+    runs: list[tuple[int, Any]] = field(default_factory=list)  # (prompt length, res.stats) of each autolade run
 
     def ratio(self, baseline: list[float] | None = None) -> float:
         base = self.greedy_s if baseline is None else baseline
@@ -144,7 +145,7 @@ class Runner:
     def pld(self, ids: torch.Tensor) -> float:
         return run_pld(self.model, ids, max_new_tokens=self.n, eos=self.eos, timer=self.timer).seconds
 
-    def ours(self, key: int, ids: torch.Tensor, cand: Candidate) -> tuple[float, int, int, float | None]:
+    def ours(self, key: int, ids: torch.Tensor, cand: Candidate) -> tuple[float, int, Any, float | None]:
         ref = self.reference(key, ids)
         policy = make_policy(cand.policy, cand.config, cost=self.cost)
         run = run_autolade(self.model, ids, max_new_tokens=self.n, config=cand.config, policy=policy, eos=self.eos,
@@ -153,7 +154,7 @@ class Runner:
         if div is not None and not div.within_noise(self.noise):
             gap = "unknown" if div.gap_top2 is None else f"{div.gap_top2:.3g}"
             raise ExactnessError(f"{cand.label()}: token {div.index} differs from greedy, top-2 gap {gap}")
-        return run.seconds, len(run.tokens), run.stats.steps, None if div is None else div.gap_top2
+        return run.seconds, len(run.tokens), run.stats, None if div is None else div.gap_top2
 
 
 def measure(runner: Runner, prompts: Sequence[torch.Tensor], cand: Candidate, *, pld: bool = False,
@@ -169,10 +170,11 @@ def measure(runner: Runner, prompts: Sequence[torch.Tensor], cand: Candidate, *,
             elif what == "pld" and pld:
                 m.pld_s.append(runner.pld(ids))
             elif what == "ours":
-                t, n, steps, gap = runner.ours(key, ids, cand)
+                t, n, stats, gap = runner.ours(key, ids, cand)
                 m.ours_s.append(t)
                 m.tokens.append(n)
-                m.steps.append(steps)
+                m.steps.append(stats.steps)
+                m.runs.append((ids.shape[1], stats))
                 if gap is not None:
                     m.gaps.append(gap)
         if on_prompt is not None:
@@ -326,11 +328,13 @@ def tabulated_setting(cand: Candidate):
     return None
 
 
-def record_trial(store, model, tokenizer, prompts, cand: Candidate, *, workload: str, max_new_tokens: int) -> int | None:
-    """Count what ``cand`` accepts on ``prompts`` (untimed) and add it to the store's acceptance table
-    for this model, workload and dtype as a new row (a table is started if none exists; a setting the
-    table has already measured is kept as it was). Returns the table's store id, or None when skipped."""
-    from .acceptance import measure_acceptance, model_tokenizer_fingerprint
+def record_trial(store, model, tokenizer, runs: Sequence[tuple[int, Any]], cand: Candidate, *, workload: str,
+                 max_new_tokens: int) -> int | None:
+    """Count what ``cand`` accepted in the trial's own runs (``Measured.runs``: prompt length and
+    ``res.stats`` per prompt; no extra run) and add it to the store's acceptance table for this model,
+    workload and dtype as a new row (a table is started if none exists; a setting the table has already
+    measured is kept as it was). Returns the table's store id, or None when skipped."""
+    from .acceptance import empty_table, model_tokenizer_fingerprint, row_from_runs
     from .models import model_fingerprint
 
     setting = tabulated_setting(cand)
@@ -341,12 +345,13 @@ def record_trial(store, model, tokenizer, prompts, cand: Candidate, *, workload:
                                   workload=workload, dtype=fp["dtype"])
     if table is not None and any(r.label == setting.label for r in table.rows):
         return None
-    fresh = measure_acceptance(model, prompts, [setting], max_new_tokens=max_new_tokens, workload=workload,
-                               tokenizer=tokenizer, prompt_set=f"{workload} tuning split[:{len(prompts)}]")
-    row = fresh.rows[0]
+    row = row_from_runs(setting, runs)
     if table is not None and row.tokens > table.prompts * (table.max_new_tokens - 1):
         return None  # more than the table's prompts could hold: measured on a larger run
-    return store.save_acceptance(fresh if table is None else table.with_row(row))
+    if table is None:
+        table = empty_table(model, tokenizer, workload=workload, max_new_tokens=max_new_tokens, prompts=len(runs),
+                            prompt_set=f"{workload} tuning split[:{len(runs)}]")
+    return store.save_acceptance(table.with_row(row))
 
 
 def study_name_for(hardware: str, model: str, dtype: str, workload: str) -> str:
@@ -449,7 +454,7 @@ def tune(
         m = measure(runner, tune_ids, cand, on_prompt=report)
         trial.set_user_attr("tokens_per_step", sum(m.tokens) / max(sum(m.steps), 1))
         trial.set_user_attr("gaps", m.gaps)
-        record_trial(store, model, tokenizer, tune_ids, cand, workload=tag, max_new_tokens=opts.max_new_tokens)
+        record_trial(store, model, tokenizer, m.runs, cand, workload=tag, max_new_tokens=opts.max_new_tokens)
         return m.ratio()
 
     run_trials(study, objective, trials=opts.trials, budget_s=opts.budget_s, catch=(ExactnessError,), progress=progress)

@@ -173,17 +173,24 @@ def test_record_trial_adds_a_row_to_the_store_table():
     from tiny import tiny_llama
 
     from autolade.acceptance import model_tokenizer_fingerprint
+    from autolade.api import generate
     from autolade.models import model_fingerprint
+    from autolade.policies import make_policy
     from autolade.tune import record_trial
 
     model = tiny_llama()
-    prompts = [torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])]
+    prompt = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])
+
+    def runs(cand):  # what the tuner's timed runs hand over: (prompt length, res.stats) per prompt
+        res = generate(model, prompt, max_new_tokens=8, config=cand.config, policy=make_policy(cand.policy, cand.config))
+        return [(prompt.shape[1], res.stats)]
+
+    cost_aware = Candidate(SCALED_LOOKUP, {"name": "cost-aware"})
+    window, lookup = Candidate(WINDOW.config, None), Candidate(LOOKUP.config, {"name": "lookup"})
     with ProfileStore() as store:
-        assert record_trial(store, model, None, prompts, Candidate(SCALED_LOOKUP, {"name": "cost-aware"}),
-                            workload="chat", max_new_tokens=8) is None
-        first = record_trial(store, model, None, prompts, Candidate(WINDOW.config, None), workload="chat", max_new_tokens=8)
-        record_trial(store, model, None, prompts, Candidate(LOOKUP.config, {"name": "lookup"}), workload="chat",
-                     max_new_tokens=8)
+        assert record_trial(store, model, None, [], cost_aware, workload="chat", max_new_tokens=8) is None
+        first = record_trial(store, model, None, runs(window), window, workload="chat", max_new_tokens=8)
+        record_trial(store, model, None, runs(lookup), lookup, workload="chat", max_new_tokens=8)
         fp = model_fingerprint(model)
         table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=model_tokenizer_fingerprint(model),
                                       workload="chat", dtype=fp["dtype"])
