@@ -20,6 +20,7 @@ from typing import Protocol
 from .config import LookaheadConfig
 from .curve import StepCurve
 from .engine.layout import DraftTree
+from .engine.memory import AnswerMemory
 from .engine.prompt_lookup import SuffixIndex
 from .engine.steps import StepOutcome, StepPlan
 from .errors import ConfigError
@@ -95,6 +96,27 @@ class HFPromptLookup:
 
     def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
         pass
+
+
+class WithMemory:
+    """A rule's drafts plus the n-gram memory's (``autolade.engine.memory``): the memory's drafts go
+    into the tree after the rule's, as in the engine. ``only_unmatched``: consult the memory only
+    on steps where the rule drafts nothing."""
+
+    def __init__(self, base: DraftRule, memory: AnswerMemory, *, only_unmatched: bool = False) -> None:
+        self.base, self.memory, self.only_unmatched = base, memory, only_unmatched
+        self.max_ngram = base.max_ngram
+        self.name = f"{base.name} + memory ({len(memory)} answers{', unmatched steps' if only_unmatched else ''})"
+
+    def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
+        drafts = self.base.drafts(index)
+        if drafts and self.only_unmatched:
+            return drafts
+        tail = index.tokens[-self.memory.config.max_ngram :]
+        return drafts + self.memory.drafts(tail)[0]
+
+    def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
+        self.base.update(drafts, accepted)
 
 
 class CostAwareLookup:

@@ -138,12 +138,31 @@ def _m0004_acceptance(db: sqlite_utils.Database) -> None:
     db["acceptance"].create_index(["model_fingerprint", "tokenizer_fingerprint", "workload", "dtype"], index_name="idx_acceptance_key")
 
 
+def _m0005_memory(db: sqlite_utils.Database) -> None:
+    db["memory"].create(
+        {
+            "id": int,
+            "model_fingerprint": str,  # name:config_hash
+            "workload": str,
+            "tokens": str,  # one answer's token ids, JSON list
+            "n_tokens": int,
+            "source": str,  # "generate", "import:<file>"
+            "created": str,
+            "autolade_version": str,
+        },
+        pk="id",
+        not_null={"model_fingerprint", "workload", "tokens"},
+    )
+    db["memory"].create_index(["model_fingerprint", "workload", "id"], index_name="idx_memory_key")
+
+
 Migration = tuple[str, Callable[[sqlite_utils.Database], None]]
 MIGRATIONS: tuple[Migration, ...] = (
     ("0001_profiles", _m0001_profiles),
     ("0002_curves", _m0002_curves),
     ("0003_indexes", _m0003_indexes),
     ("0004_acceptance", _m0004_acceptance),
+    ("0005_memory", _m0005_memory),
 )
 
 

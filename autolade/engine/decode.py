@@ -15,6 +15,7 @@ import torch
 from ..config import LookaheadConfig
 from .cache import KVCache
 from .layout import DraftTree, Layout, PackedStep, additive_mask
+from .memory import AnswerMemory, MemorySource
 from .pool import NgramPool, PoolSource
 from .prompt_lookup import PromptLookupSource
 from .sources import Candidates, DraftSource
@@ -32,6 +33,7 @@ class StepRecord:
     new_tokens: int
     step_ms: float
     forward_ms: float
+    accepted_from: str = "none"  # the draft source of the accepted path (StepOutcome.accepted_from)
 
 
 @dataclass
@@ -115,15 +117,18 @@ class Drafted:
 
 
 class Drafter:
-    """The verification branch's draft sources (prompt lookup, then the n-gram pool) and the lookahead window."""
+    """The verification branch's draft sources (prompt lookup, the answer memory when given, then the
+    n-gram pool) and the lookahead window."""
 
-    def __init__(self, *, config: LookaheadConfig, prompt: Sequence[int]) -> None:
+    def __init__(self, *, config: LookaheadConfig, prompt: Sequence[int], memory: AnswerMemory | None = None) -> None:
         self.config = config
         self.tokens: list[int] = []  # the context: prompt + committed tokens
-        # insertion order = tree order: prompt-lookup drafts first, then pool n-grams
+        # insertion order = tree order: prompt-lookup drafts first, then memory drafts, then pool n-grams
         self.sources: list[DraftSource] = [
             PromptLookupSource(max_ngram=max(config.prompt_lookup_ngram, 1), scaled=config.prompt_lookup_scaled)
         ]
+        if memory is not None:
+            self.sources.append(MemorySource(memory))
         self.pool: NgramPool | None = None
         self.window: JacobiWindow | None = None
         if config.lookahead:
@@ -214,6 +219,7 @@ def lookahead_step(
         packed=step.size,
         lookup_nodes=drafted.nodes(PromptLookupSource.name),
         pool_nodes=drafted.nodes(PoolSource.name),
+        memory_nodes=drafted.nodes(MemorySource.name),
         window_tokens=step.size - len(tree),
         accepted=len(path),
         accepted_from=drafted.accepted_from(path),
@@ -236,11 +242,13 @@ def lookahead_decode(
     policy: Policy | None = None,
     verifier=None,
     on_tokens: Callable[[list[int]], None] | None = None,
+    memory: AnswerMemory | None = None,
 ) -> tuple[list[int], DecodeLog]:
     """Greedy lookahead decoding of ``prompt`` [1, T]; returns the new tokens and the step log.
 
     Stops after ``max_new_tokens``, at the first of ``eos_ids`` (kept, as generate does) or when
-    ``stop(new_tokens)`` is true.
+    ``stop(new_tokens)`` is true. ``memory``: earlier answers as one more draft source (read only
+    here; the caller decides what to remember).
     """
     runner = ModelRunner(model)
     policy = policy or StaticPolicy(config)
@@ -249,7 +257,7 @@ def lookahead_decode(
     capacity = len(prompt_list) + max_new_tokens + config.packed_size() + 8
     cache = runner.new_cache(capacity)
     layout = Layout(device=runner.device)
-    drafter = Drafter(config=config, prompt=prompt_list)
+    drafter = Drafter(config=config, prompt=prompt_list, memory=memory)
     eos = set(int(e) for e in eos_ids)
     log = DecodeLog()
     out: list[int] = []
@@ -299,6 +307,7 @@ def lookahead_decode(
                     new_tokens=len(new),
                     step_ms=outcome.step_s * 1e3,
                     forward_ms=outcome.forward_s * 1e3,
+                    accepted_from=outcome.accepted_from,
                 )
             )
             done = commit(new)

@@ -36,9 +36,10 @@ class StepOutcome:
     pool_nodes: int  # draft-tree nodes added by pool n-grams (beyond shared prefixes)
     window_tokens: int  # lookahead-branch tokens in the forward
     accepted: int
-    accepted_from: str  # "none", "lookup" (prompt-lookup draft) or "pool" (a pool n-gram or its extension)
+    accepted_from: str  # "none", "lookup" (prompt-lookup draft), "memory" (an earlier answer) or "pool" (a pool n-gram)
     step_s: float  # wall time of the whole step
     forward_s: float  # wall time of the model forward alone
+    memory_nodes: int = 0  # draft-tree nodes added by the answer memory (beyond shared prefixes)
     longest_draft: int = 0  # tokens in the longest prompt-lookup draft packed (0 = none)
     match_len: int = 0  # tokens of the suffix match the prompt-lookup drafts came from (0 = none)
 

@@ -1,0 +1,171 @@
+"""N-gram memory: drafts from what the model wrote in earlier requests.
+
+Answers to one workload repeat themselves across requests (boilerplate, idioms, structure). The
+memory keeps earlier answers' tokens in one sequence (answers separated by ``SEP``) with a suffix
+index over it, the way ``SuffixIndex`` indexes the context. A query matches the longest suffix of
+the context (up to ``max_ngram`` tokens) in the memory, reads what followed its ``scan`` most
+recent occurrences, and grows drafts along the continuations the most occurrences agree on:
+candidates ranked by frequency, ties by recency. A draft is only as long as its evidence: past
+``single_len(m)`` tokens every further token must be backed by ``min_support`` occurrences.
+
+Bounded: past ``max_tokens`` remembered tokens the oldest answers are evicted. Pure data: ids in,
+ids out; where it is stored and who may see it is ``autolade.memory``'s business.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .sources import Candidates
+from .steps import StepPlan
+
+SEP = -1  # between answers: no n-gram and no continuation crosses it
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryConfig:
+    """How the memory matches and sizes its drafts (defaults chosen by tools/memory_bound.py's replay)."""
+
+    max_tokens: int = 400_000  # remembered tokens before the oldest answers go (~3,000 answers of 128 tokens)
+    max_ngram: int = 6  # longest context suffix matched in the memory
+    min_ngram: int = 2  # shorter suffix matches draft nothing: one shared token is no evidence
+    scan: int = 48  # most recent occurrences of the matched suffix read per query
+    max_len: int = 16  # longest memory draft
+    drafts: int = 2  # memory drafts per step (distinct first tokens)
+    min_support: int = 2  # occurrences that must agree on a token past the single-evidence length
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_ngram <= self.max_ngram:
+            raise ValueError(f"memory n-gram range {self.min_ngram}..{self.max_ngram} is empty; use 1 <= min_ngram <= max_ngram")
+        if self.max_tokens < 1 or self.scan < 1 or self.max_len < 0 or self.drafts < 0 or self.min_support < 1:
+            raise ValueError("memory sizes must be positive (max_tokens, scan, min_support >= 1; max_len, drafts >= 0)")
+
+    def single_len(self, m: int) -> int:
+        """Draft tokens one occurrence may back after an m-token match (scaled like prompt lookup)."""
+        return min(self.max_len, 2 ** (m - 1))
+
+
+class AnswerMemory:
+    """Earlier answers (token ids) of one model and workload, indexed for suffix matches."""
+
+    def __init__(self, config: MemoryConfig | None = None) -> None:
+        self.config = config or MemoryConfig()
+        self._answers: deque[tuple[int, ...]] = deque()
+        self._tokens: list[int] = []
+        self._ends: list[dict[tuple[int, ...], list[int]]] = []
+        self._rebuild()
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    @property
+    def tokens(self) -> int:
+        """Remembered tokens (separators not counted)."""
+        return len(self._tokens) - len(self._answers)
+
+    def answers(self) -> list[tuple[int, ...]]:
+        """The remembered answers, oldest first."""
+        return list(self._answers)
+
+    def add(self, answer: Sequence[int]) -> None:
+        """Remember one answer; the oldest go once ``max_tokens`` is passed."""
+        ans = tuple(int(t) for t in answer)
+        if not ans:
+            return
+        self._answers.append(ans)
+        self._extend(ans)
+        limit = self.config.max_tokens
+        if self.tokens > limit:
+            while len(self._answers) > 1 and sum(map(len, self._answers)) > limit * 3 // 4:
+                self._answers.popleft()  # evict down to 3/4 so the rebuild is amortised
+            self._rebuild()
+
+    def add_many(self, answers: Iterable[Sequence[int]]) -> None:
+        for a in answers:
+            self.add(a)
+
+    def _rebuild(self) -> None:
+        self._tokens = []
+        self._ends = [{} for _ in range(self.config.max_ngram + 1)]
+        for ans in self._answers:
+            self._extend(ans)
+
+    def _extend(self, ans: tuple[int, ...]) -> None:
+        toks, ends, top = self._tokens, self._ends, self.config.max_ngram
+        start = len(toks)
+        toks.extend(ans)
+        toks.append(SEP)
+        for end in range(start + 1, start + len(ans) + 1):
+            for m in range(1, min(top, end - start) + 1):
+                ends[m].setdefault(tuple(toks[end - m : end]), []).append(end)
+
+    def match(self, context: Sequence[int]) -> tuple[int, list[int]]:
+        """(m, ends): the longest context suffix (min_ngram <= m <= max_ngram) found in the memory and
+        where its ``scan`` most recent occurrences end, most recent first; (0, []) if none."""
+        cfg = self.config
+        for m in range(min(cfg.max_ngram, len(context)), cfg.min_ngram - 1, -1):
+            ends = self._ends[m].get(tuple(context[len(context) - m :]))
+            if ends:
+                return m, ends[: -cfg.scan - 1 : -1]
+        return 0, []
+
+    def drafts(self, context: Sequence[int], *, max_len: int | None = None,
+               max_drafts: int | None = None) -> tuple[list[tuple[int, ...]], int]:
+        """(drafts, m): up to ``max_drafts`` drafts with distinct first tokens, each grown along the
+        continuation most occurrences agree on, as long as the evidence allows."""
+        cfg = self.config
+        max_len = cfg.max_len if max_len is None else max_len
+        max_drafts = cfg.drafts if max_drafts is None else max_drafts
+        if max_len <= 0 or max_drafts <= 0 or not self._answers:
+            return [], 0
+        m, ends = self.match(context)
+        if not m:
+            return [], 0
+        toks = self._tokens
+        conts = [toks[e : e + max_len] for e in ends]
+        conts = [c[: c.index(SEP)] if SEP in c else c for c in conts]
+        firsts = Counter(c[0] for c in conts if c)
+        single = cfg.single_len(m)
+        out: list[tuple[int, ...]] = []
+        for first, _ in firsts.most_common(max_drafts):  # Counter keeps first-seen (most recent) order on ties
+            group = [c for c in conts if c and c[0] == first]
+            out.append(_grow(group, single=single, min_support=cfg.min_support, max_len=max_len))
+        return out, m
+
+
+def _grow(group: list[list[int]], *, single: int, min_support: int, max_len: int) -> tuple[int, ...]:
+    """The draft along the most agreed continuation of ``group`` (all share their first token)."""
+    path = [group[0][0]]
+    while len(path) < max_len:
+        d = len(path)
+        nxt = Counter(c[d] for c in group if len(c) > d)
+        if not nxt:
+            break
+        tok, count = nxt.most_common(1)[0]
+        if count < min_support and len(path) >= single:
+            break
+        path.append(tok)
+        group = [c for c in group if len(c) > d and c[d] == tok]
+    return tuple(path)
+
+
+class MemorySource:
+    """The draft source over an ``AnswerMemory``: the longest suffix of this request's context
+    matched in earlier answers; drafts go into the same tree after prompt lookup's."""
+
+    name = "memory"
+
+    def __init__(self, memory: AnswerMemory, *, context: int = 64) -> None:
+        self.memory = memory
+        self._tail: deque[int] = deque(maxlen=max(context, memory.config.max_ngram))
+
+    def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
+        if plan.draft_len <= 0 and plan.drafts <= 0:
+            return Candidates()
+        drafts, m = self.memory.drafts(list(self._tail))
+        return Candidates(drafts=drafts, match_len=m)
+
+    def update(self, *, tokens: Sequence[int]) -> None:
+        self._tail.extend(int(t) for t in tokens)

@@ -1,0 +1,216 @@
+"""Where the n-gram memory lives: earlier answers per (model, workload), in the profile store.
+
+The memory holds the model's own outputs, token ids only, in the ``memory`` table of the store
+(``$AUTOLADE_HOME/autolade.db``), one row per answer: inserts never overwrite, so two processes
+adding answers at once lose nothing, and each process picks up the other's rows (by id) the
+next time it reads. ``autolade memory clear`` deletes them; ``export``/``import`` move them as
+validated JSON (``autolade-memory`` v1), never pickles. A memory that cannot be read (locked or
+corrupt store, rows that are not token ids) is left untouched: decoding goes on without it and
+``res.stats.memory`` says why.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .engine.memory import AnswerMemory, MemoryConfig
+from .errors import AutoladeError, ProfileError
+from .profile_format import autolade_version, now_iso
+
+FORMAT = "autolade-memory"
+VERSION = 1
+KEEP_ANSWERS = 5000  # answers kept on disk per (model, workload); the oldest go first
+MAX_ANSWER_TOKENS = 100_000  # one answer longer than this is not an answer: refused on import
+
+
+@dataclass
+class _Loaded:
+    memory: AnswerMemory
+    last_id: int = 0  # highest row id read
+    skipped: list[int] = field(default_factory=list)  # row ids that were not token ids
+
+
+class MemoryBank:
+    """One process's view of the memories in one store: a (model, workload) memory is read on first
+    use, topped up with rows other processes added at each later use, and every new answer saved."""
+
+    def __init__(self, path: str | Path | None = None, *, config: MemoryConfig | None = None,
+                 keep: int = KEEP_ANSWERS) -> None:
+        self.path = path  # None: the user store
+        self.config = config or MemoryConfig()  # how drafts are matched and sized
+        self.keep = keep  # answers kept on disk per key
+        self._loaded: dict[tuple[str, str], _Loaded] = {}
+
+    def _store(self):
+        from .store import ProfileStore
+
+        return ProfileStore(self.path)
+
+    def memory(self, *, model_key: str, workload: str, vocab_size: int) -> tuple[AnswerMemory | None, str]:
+        """(memory or None, what happened) for this model and workload, with every stored answer."""
+        key = (model_key, workload)
+        loaded = self._loaded.setdefault(key, _Loaded(AnswerMemory(self.config)))
+        try:
+            with self._store() as store:
+                rows = list(store.db.query(
+                    "select id, tokens from memory where model_fingerprint = ? and workload = ? and id > ? order by id",
+                    [model_key, workload, loaded.last_id]))
+        except AutoladeError as exc:
+            return None, f"off: the memory could not be read ({exc})"
+        for row in rows:
+            loaded.last_id = row["id"]
+            tokens = _tokens(row["tokens"], vocab_size)
+            if tokens is None:
+                loaded.skipped.append(row["id"])
+            else:
+                loaded.memory.add(tokens)
+        note = f"{len(loaded.memory)} answers ({loaded.memory.tokens} tokens, {workload})"
+        if loaded.skipped:
+            note += (f"; skipped {len(loaded.skipped)} stored rows that are not token ids of this model "
+                     f"(`autolade memory clear --workload {workload}` removes them)")
+        return loaded.memory, note
+
+    def remember(self, *, model_key: str, workload: str, tokens: list[int]) -> str | None:
+        """Save one answer (and add it to this process's memory); the reason if it could not be saved."""
+        if not tokens:
+            return None
+        try:
+            with self._store() as store:
+                new_id = add_answers(store, model_key=model_key, workload=workload, answers=[tokens], keep=self.keep,
+                                     source="generate")
+        except AutoladeError as exc:
+            return f"the answer was not remembered ({exc})"
+        loaded = self._loaded.get((model_key, workload))
+        if loaded is not None and new_id == loaded.last_id + 1:  # nobody else wrote in between
+            loaded.memory.add(tokens)
+            loaded.last_id = new_id
+        return None
+
+
+@functools.cache
+def memory_bank(path: str | None = None) -> MemoryBank:
+    """The process's bank for the store at ``path`` (None: the user store); generate() uses it."""
+    return MemoryBank(path)
+
+
+def _tokens(text: Any, vocab_size: int) -> list[int] | None:
+    """The stored answer's ids, or None if the row is not a list of ids below ``vocab_size``."""
+    try:
+        tokens = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(tokens, list) or not all(type(t) is int and 0 <= t < vocab_size for t in tokens):
+        return None
+    return tokens
+
+
+# --- the store's memory table ------------------------------------------------------------------
+
+
+def add_answers(store: Any, *, model_key: str, workload: str, answers: list[list[int]], keep: int = KEEP_ANSWERS,
+                source: str) -> int:
+    """Insert answers (one row each, one transaction) and trim the key to its newest ``keep``; returns the last id."""
+    rows = [{"model_fingerprint": model_key, "workload": workload, "tokens": json.dumps(a), "n_tokens": len(a),
+             "source": source, "created": now_iso(), "autolade_version": autolade_version()} for a in answers]
+    last = 0
+    with store._errors("save the memory to"), store._write():
+        for row in rows:
+            last = store.db["memory"].insert(row).last_pk
+        store.db.execute(
+            "delete from memory where model_fingerprint = ? and workload = ? and id not in "
+            "(select id from memory where model_fingerprint = ? and workload = ? order by id desc limit ?)",
+            [model_key, workload, model_key, workload, keep])
+    return last
+
+
+def summary(store: Any) -> list[dict[str, Any]]:
+    """One line per (model, workload): answers, tokens, first and last saved."""
+    with store._errors("read"):
+        return list(store.db.query(
+            "select model_fingerprint as model, workload, count(*) as answers, sum(n_tokens) as tokens, "
+            "min(created) as first, max(created) as last from memory group by model_fingerprint, workload "
+            "order by model_fingerprint, workload"))
+
+
+def clear(store: Any, *, model_key: str | None = None, workload: str | None = None) -> int:
+    """Delete the remembered answers (of one model and/or workload); returns how many."""
+    where, args = _where(model_key, workload)
+    with store._errors("clear the memory in"), store._write():
+        n = next(iter(store.db.query(f"select count(*) as n from memory{where}", args)))["n"]
+        store.db.execute(f"delete from memory{where}", args)
+    return n
+
+
+def _where(model_key: str | None, workload: str | None) -> tuple[str, list[str]]:
+    parts, args = [], []
+    if model_key:
+        parts.append("model_fingerprint = ?")
+        args.append(model_key)
+    if workload:
+        parts.append("workload = ?")
+        args.append(workload)
+    return (" where " + " and ".join(parts) if parts else ""), args
+
+
+# --- files -------------------------------------------------------------------------------------
+
+
+def export_memory(store: Any, *, model_key: str, workload: str, path: str | Path, vocab_size: int | None = None) -> int:
+    """Write one (model, workload) memory as ``autolade-memory`` JSON; returns the answers written."""
+    with store._errors("read"):
+        rows = list(store.db.query("select tokens from memory where model_fingerprint = ? and workload = ? order by id",
+                                   [model_key, workload]))
+    answers = [json.loads(r["tokens"]) for r in rows]
+    if not answers:
+        raise ProfileError(f"no remembered answers for model {model_key!r}, workload {workload!r}; "
+                           "`autolade memory list` shows what there is")
+    data = {"format": FORMAT, "version": VERSION, "model": model_key, "workload": workload,
+            "vocab_size": vocab_size, "created": now_iso(), "autolade_version": autolade_version(), "answers": answers}
+    Path(path).write_text(json.dumps(data) + "\n")
+    return len(answers)
+
+
+def read_memory_file(path: str | Path) -> dict[str, Any]:
+    """The validated content of an ``autolade-memory`` file; ProfileError naming the problem otherwise."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ProfileError(f"cannot read memory file {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ProfileError(f"{path} is not valid JSON ({exc}); was it truncated? Export it again.") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ProfileError(f"{path} is not an autolade memory file (no \"format\": \"{FORMAT}\")")
+    if data.get("version") != VERSION:
+        raise ProfileError(f"{path} is autolade-memory version {data.get('version')!r}; this autolade reads version {VERSION}")
+    for k in ("model", "workload"):
+        if not isinstance(data.get(k), str) or not data[k]:
+            raise ProfileError(f"{path}: {k!r} must be a non-empty string")
+    vocab = data.get("vocab_size")
+    if vocab is not None and (type(vocab) is not int or vocab < 1):
+        raise ProfileError(f"{path}: 'vocab_size' must be a positive integer or null")
+    answers = data.get("answers")
+    if not isinstance(answers, list) or not answers:
+        raise ProfileError(f"{path}: 'answers' must be a non-empty list of token-id lists")
+    top = vocab if vocab is not None else 1 << 31
+    for i, a in enumerate(answers):
+        if not isinstance(a, list) or not 0 < len(a) <= MAX_ANSWER_TOKENS or not all(type(t) is int and 0 <= t < top for t in a):
+            raise ProfileError(f"{path}: answer {i} is not a list of 1..{MAX_ANSWER_TOKENS} token ids in [0, {top})")
+    return data
+
+
+def import_memory(path: str | Path, store: Any, *, model_key: str | None = None, vocab_size: int | None = None,
+                  keep: int = KEEP_ANSWERS) -> int:
+    """Add a memory file's answers to the store (all or nothing); returns how many. ``model_key`` /
+    ``vocab_size``: refuse a file made for another model."""
+    data = read_memory_file(path)
+    if model_key is not None and data["model"] != model_key:
+        raise ProfileError(f"{path} is a memory of model {data['model']!r}, not {model_key!r}; "
+                           "import it where that model is used, or pass --model for that model")
+    if vocab_size is not None and any(t >= vocab_size for a in data["answers"] for t in a):
+        raise ProfileError(f"{path} has token ids past this model's vocabulary ({vocab_size}): it is for another tokenizer")
+    return len(data["answers"]) if add_answers(store, model_key=data["model"], workload=data["workload"],
+                                               answers=data["answers"], keep=keep, source=f"import:{Path(path).name}") else 0

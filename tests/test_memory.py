@@ -1,0 +1,95 @@
+"""autolade.engine.memory: the answer memory's index, drafts, evidence sizing and eviction."""
+
+from __future__ import annotations
+
+import pytest
+
+from autolade.engine.memory import AnswerMemory, MemoryConfig, MemorySource
+from autolade.engine.steps import StepPlan
+
+PLAN = StepPlan(window=0, guesses=0, draft_len=16, drafts=3)
+
+
+def test_longest_suffix_match_and_its_continuation():
+    mem = AnswerMemory(MemoryConfig(min_ngram=2, min_support=1))
+    mem.add([1, 2, 3, 4, 5, 6])
+    mem.add([9, 3, 4, 7, 8])
+    # context ends "2 3 4": the 3-gram occurs only in the first answer, so its continuation wins
+    drafts, m = mem.drafts([0, 2, 3, 4])
+    assert m == 3
+    assert drafts == [(5, 6)]
+    # context ends "9 3 4"... no: "x 3 4" matches the 2-gram in both answers, most recent first
+    drafts, m = mem.drafts([0, 3, 4])
+    assert m == 2
+    assert [d[0] for d in drafts] == [7, 5]
+
+
+def test_no_continuation_crosses_an_answer_boundary():
+    mem = AnswerMemory(MemoryConfig(min_ngram=2, min_support=1))
+    mem.add([1, 2, 3])
+    mem.add([4, 5, 6])
+    drafts, m = mem.drafts([1, 2, 3])  # "2 3" ends the first answer: nothing followed it
+    assert drafts == [] or all(4 not in d for d in drafts)
+    assert mem.drafts([2, 3, 4])[0] == []  # "3 4" spans the boundary: never indexed
+
+
+def test_short_matches_draft_nothing():
+    mem = AnswerMemory(MemoryConfig(min_ngram=2))
+    mem.add([1, 2, 3])
+    assert mem.drafts([7, 1]) == ([], 0)
+
+
+def test_draft_length_follows_the_evidence():
+    cfg = MemoryConfig(min_ngram=2, max_ngram=2, min_support=2, max_len=8)
+    once = AnswerMemory(cfg)
+    once.add([1, 2, 10, 11, 12, 13, 14, 15])
+    # one occurrence after a 2-token match backs single_len(2) = 2 tokens
+    assert once.drafts([1, 2])[0] == [(10, 11)]
+    twice = AnswerMemory(cfg)
+    twice.add([1, 2, 10, 11, 12, 13, 14, 15])
+    twice.add([1, 2, 10, 11, 12, 13, 99])
+    # two occurrences agree on 10..13, then disagree: the draft stops where support drops below 2
+    assert twice.drafts([1, 2])[0] == [(10, 11, 12, 13)]
+
+
+def test_the_most_frequent_continuation_comes_first():
+    mem = AnswerMemory(MemoryConfig(min_ngram=2, min_support=1, drafts=2))
+    mem.add([5, 6, 1])
+    mem.add([5, 6, 2])
+    mem.add([5, 6, 2])
+    mem.add([5, 6, 3])  # most recent, but seen once
+    drafts, _ = mem.drafts([5, 6])
+    assert [d[0] for d in drafts] == [2, 3]
+
+
+def test_eviction_keeps_the_newest_answers_within_the_bound():
+    mem = AnswerMemory(MemoryConfig(max_tokens=100, min_support=1))
+    for i in range(30):
+        mem.add([1000 + i, 2000 + i, 3000 + i, 4000 + i, 5000 + i])
+    assert mem.tokens <= 100
+    kept = mem.answers()
+    assert kept[-1][0] == 1029
+    assert all(a[0] >= 1000 + 30 - len(kept) for a in kept)
+    # evicted answers are gone from the index too
+    assert mem.drafts([1000, 2000])[0] == []
+    assert mem.drafts([1029, 2029])[0] == [(3029, 4029, 5029)]
+
+
+def test_invalid_config_names_the_fix():
+    with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
+        MemoryConfig(min_ngram=5, max_ngram=2)
+    with pytest.raises(ValueError, match="positive"):
+        MemoryConfig(scan=0)
+
+
+def test_source_drafts_from_the_context_it_was_given():
+    mem = AnswerMemory(MemoryConfig(min_ngram=2, min_support=1))
+    mem.add([7, 8, 9, 10])
+    src = MemorySource(mem)
+    src.update(tokens=[1, 2, 3])
+    assert src.get_candidates(plan=PLAN, last=3).drafts == []
+    src.update(tokens=[7, 8])
+    got = src.get_candidates(plan=PLAN, last=8)
+    assert got.drafts == [(9, 10)] and got.match_len == 2
+    # a plan without drafts (a plain greedy step) gets no memory drafts either
+    assert src.get_candidates(plan=StepPlan(window=0, guesses=0, draft_len=0, drafts=0), last=8).drafts == []

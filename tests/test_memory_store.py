@@ -1,0 +1,150 @@
+"""autolade.memory: remembered answers in the store, shared by processes, exported and imported."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+
+import pytest
+
+from autolade.errors import ProfileError
+from autolade.memory import MemoryBank, add_answers, clear, export_memory, import_memory, read_memory_file, summary
+from autolade.store import ProfileStore
+
+MODEL = "tiny:abc123"
+
+
+def _add_many(path: str, offset: int, n: int) -> None:
+    bank = MemoryBank(path)
+    bank.memory(model_key=MODEL, workload="code", vocab_size=10_000)
+    for i in range(n):
+        assert bank.remember(model_key=MODEL, workload="code", tokens=[offset + i, 1, 2, 3]) is None
+
+
+def test_a_remembered_answer_drafts_in_another_bank(tmp_path):
+    db = tmp_path / "a.db"
+    one = MemoryBank(db)
+    mem, note = one.memory(model_key=MODEL, workload="code", vocab_size=100)
+    assert mem is not None and len(mem) == 0 and note.startswith("0 answers")
+    assert one.remember(model_key=MODEL, workload="code", tokens=[5, 6, 7, 8, 9]) is None
+    assert len(mem) == 1  # this process sees it at once
+    other, _ = MemoryBank(db).memory(model_key=MODEL, workload="code", vocab_size=100)
+    assert other.answers() == [(5, 6, 7, 8, 9)]
+    assert other.drafts([5, 6])[0] == [(7, 8)]
+    # another workload or model is another memory
+    assert len(MemoryBank(db).memory(model_key=MODEL, workload="chat", vocab_size=100)[0]) == 0
+
+
+def test_two_processes_adding_at_once_lose_nothing(tmp_path):
+    db = str(tmp_path / "shared.db")
+    ProfileStore(db).close()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_add_many, args=(db, 1000 * (k + 1), 25)) for k in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    mem, _ = MemoryBank(db).memory(model_key=MODEL, workload="code", vocab_size=10_000)
+    firsts = sorted(a[0] for a in mem.answers())
+    assert firsts == sorted([1000 + i for i in range(25)] + [2000 + i for i in range(25)])
+
+
+def test_a_bank_picks_up_answers_another_process_saved_later(tmp_path):
+    db = tmp_path / "a.db"
+    mine = MemoryBank(db)
+    mem, _ = mine.memory(model_key=MODEL, workload="chat", vocab_size=100)
+    MemoryBank(db).remember(model_key=MODEL, workload="chat", tokens=[1, 2, 3])
+    mine.remember(model_key=MODEL, workload="chat", tokens=[4, 5, 6])
+    mem, _ = mine.memory(model_key=MODEL, workload="chat", vocab_size=100)
+    assert sorted(mem.answers()) == [(1, 2, 3), (4, 5, 6)]
+
+
+def test_disk_keeps_the_newest_answers_per_key(tmp_path):
+    with ProfileStore(tmp_path / "a.db") as store:
+        add_answers(store, model_key=MODEL, workload="code", answers=[[i, i + 1] for i in range(10)], keep=4, source="t")
+        (row,) = summary(store)
+        assert row["answers"] == 4 and row["tokens"] == 8
+    mem, _ = MemoryBank(tmp_path / "a.db").memory(model_key=MODEL, workload="code", vocab_size=100)
+    assert [a[0] for a in mem.answers()] == [6, 7, 8, 9]
+
+
+def test_rows_that_are_not_token_ids_are_skipped_and_named(tmp_path):
+    db = tmp_path / "a.db"
+    with ProfileStore(db) as store:
+        add_answers(store, model_key=MODEL, workload="code", answers=[[1, 2, 3]], source="t")
+        store.db["memory"].insert({"model_fingerprint": MODEL, "workload": "code", "tokens": "{not json", "n_tokens": 0})
+        store.db["memory"].insert({"model_fingerprint": MODEL, "workload": "code", "tokens": "[1, 99999]", "n_tokens": 2})
+        before = list(store.db.query("select * from memory order by id"))
+    mem, note = MemoryBank(db).memory(model_key=MODEL, workload="code", vocab_size=100)
+    assert mem.answers() == [(1, 2, 3)]
+    assert "skipped 2" in note and "autolade memory clear" in note
+    with ProfileStore(db) as store:  # left untouched
+        assert list(store.db.query("select * from memory order by id")) == before
+
+
+def test_an_unreadable_store_turns_the_memory_off_with_a_reason(tmp_path):
+    bad = tmp_path / "autolade.db"
+    bad.write_bytes(b"this is not sqlite at all" * 10)
+    bank = MemoryBank(bad)
+    mem, note = bank.memory(model_key=MODEL, workload="code", vocab_size=100)
+    assert mem is None and note.startswith("off:") and "not an SQLite database" in note
+    assert "not remembered" in bank.remember(model_key=MODEL, workload="code", tokens=[1, 2])
+    assert bad.read_bytes() == b"this is not sqlite at all" * 10
+
+
+def test_clear_by_workload_and_all(tmp_path):
+    with ProfileStore(tmp_path / "a.db") as store:
+        add_answers(store, model_key=MODEL, workload="code", answers=[[1], [2]], source="t")
+        add_answers(store, model_key=MODEL, workload="chat", answers=[[3]], source="t")
+        assert clear(store, workload="code") == 2
+        assert [r["workload"] for r in summary(store)] == ["chat"]
+        assert clear(store) == 1
+        assert summary(store) == []
+
+
+def test_export_import_round_trip(tmp_path):
+    src, dst = tmp_path / "src.db", tmp_path / "dst.db"
+    with ProfileStore(src) as store:
+        add_answers(store, model_key=MODEL, workload="code", answers=[[1, 2, 3], [4, 5]], source="t")
+        assert export_memory(store, model_key=MODEL, workload="code", path=tmp_path / "m.json", vocab_size=100) == 2
+    data = read_memory_file(tmp_path / "m.json")
+    assert data["answers"] == [[1, 2, 3], [4, 5]] and data["vocab_size"] == 100
+    with ProfileStore(dst) as store:
+        assert import_memory(tmp_path / "m.json", store, model_key=MODEL, vocab_size=100) == 2
+    mem, _ = MemoryBank(dst).memory(model_key=MODEL, workload="code", vocab_size=100)
+    assert mem.answers() == [(1, 2, 3), (4, 5)]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"format": "autolade-memory", "version": 1, "model": "m", "workload": "code", "answers": [[1, 2', "truncated"),
+        ('{"format": "autolade-profile", "version": 1}', "not an autolade memory file"),
+        ('{"format": "autolade-memory", "version": 9, "model": "m", "workload": "c", "answers": [[1]]}', "version 9"),
+        ('{"format": "autolade-memory", "version": 1, "model": "m", "workload": "c", "answers": [[1, -4]]}', "answer 0"),
+        ('{"format": "autolade-memory", "version": 1, "model": "m", "workload": "c", "vocab_size": 10, "answers": [[1, 12]]}',
+         "answer 0"),
+        ('{"format": "autolade-memory", "version": 1, "model": "m", "workload": "c", "answers": [["__import__"]]}', "answer 0"),
+    ],
+)
+def test_bad_files_are_refused_and_the_store_is_untouched(tmp_path, content, message):
+    f = tmp_path / "m.json"
+    f.write_text(content)
+    with ProfileStore(tmp_path / "a.db") as store:
+        add_answers(store, model_key=MODEL, workload="code", answers=[[7, 8]], source="t")
+        with pytest.raises(ProfileError, match=message):
+            import_memory(f, store)
+        assert [r["answers"] for r in summary(store)] == [1]
+
+
+def test_a_memory_of_another_model_or_tokenizer_is_refused(tmp_path):
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps({"format": "autolade-memory", "version": 1, "model": "other:1", "workload": "code",
+                             "answers": [[1, 500]]}))
+    with ProfileStore(tmp_path / "a.db") as store:
+        with pytest.raises(ProfileError, match="not 'tiny:abc123'"):
+            import_memory(f, store, model_key=MODEL)
+        with pytest.raises(ProfileError, match="another tokenizer"):
+            import_memory(f, store, vocab_size=100)
+        assert summary(store) == []
