@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in args.traces:
         data.update(json.loads(Path(f).read_text()))
     splits = {w: split_traces(rows, w) for w, rows in data.items()}
-    base = lambda: Lookup(length=16, drafts=3, scaled=True)  # noqa: E731
+    base = lambda: Lookup(length=16, drafts=3, scaled=True)
     lines = [f"memory config: {config}", f"step curve ({curve.dtype}): c(1)={curve.cost(1):.2f} ms", "",
              "| held-out set | memory | answers | tok/step | packed/step | x greedy (curve) | x no memory |",
              "|---|---|---:|---:|---:|---:|---:|"]
