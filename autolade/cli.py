@@ -2,28 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-import sys
-
 import click
 
-from .errors import AutoladeError
-
-
-def clean_errors(fn):
-    """Domain errors become one readable line and exit code 1, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except AutoladeError as exc:
-            raise click.ClickException(str(exc)) from None
-        except KeyboardInterrupt:
-            click.echo("\ninterrupted", err=True)
-            sys.exit(130)
-
-    return wrapper
+from .cli_errors import clean_errors
+from .cli_memory import memory_group
 
 
 @click.group()
@@ -514,3 +496,4 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, outp
         click.echo(f"wrote {output}")
 
 
+cli.add_command(memory_group)

@@ -214,3 +214,9 @@ def import_memory(path: str | Path, store: Any, *, model_key: str | None = None,
         raise ProfileError(f"{path} has token ids past this model's vocabulary ({vocab_size}): it is for another tokenizer")
     return len(data["answers"]) if add_answers(store, model_key=data["model"], workload=data["workload"],
                                                answers=data["answers"], keep=keep, source=f"import:{Path(path).name}") else 0
+
+
+def matching_keys(store: Any, model: str | None) -> list[str]:
+    """Stored model keys that ``model`` names: a full ``name:config_hash`` or just the name (None: all)."""
+    keys = [r["model"] for r in summary(store)]
+    return sorted({k for k in keys if model is None or k == model or k.split(":", 1)[0] == model})

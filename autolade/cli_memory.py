@@ -1,0 +1,92 @@
+"""``autolade memory``: what the n-gram memory remembers, where, and how to move or clear it."""
+
+from __future__ import annotations
+
+import click
+
+from .cli_errors import clean_errors
+
+
+@click.group("memory")
+def memory_group() -> None:
+    """Earlier answers kept as a draft source (token ids of the model's outputs, per model and workload).
+
+    They live in the profile store, $AUTOLADE_HOME/autolade.db (default ~/.autolade); `clear` deletes them."""
+
+
+@memory_group.command("list")
+@clean_errors
+def memory_list():
+    """Where the memory lives and what it holds, per model and workload."""
+    from .memory import summary
+    from .store import ProfileStore
+
+    with ProfileStore() as store:
+        rows = summary(store)
+        click.echo(f"memory in {store.path} (token ids of earlier answers; `autolade memory clear` deletes them)")
+    if not rows:
+        click.echo("nothing remembered")
+        return
+    click.echo(f"{'model':<40} {'workload':<10} {'answers':>7} {'tokens':>8}  first .. last")
+    for r in rows:
+        click.echo(f"{r['model'][:40]:<40} {r['workload'][:10]:<10} {r['answers']:>7} {r['tokens'] or 0:>8}  "
+                   f"{r['first'][:10]} .. {r['last'][:10]}")
+
+
+@memory_group.command("clear")
+@click.option("--model", default=None, help="only this model (name or name:config_hash)")
+@click.option("--workload", default=None, help="only this workload (chat, code, ...)")
+@click.option("--yes", is_flag=True, help="do not ask")
+@clean_errors
+def memory_clear(model, workload, yes):
+    """Delete remembered answers (all of them, or one model's / workload's)."""
+    from .memory import clear, matching_keys
+    from .prompts import workload_tag
+    from .store import ProfileStore
+
+    tag = workload_tag(workload) if workload else None
+    with ProfileStore() as store:
+        keys = matching_keys(store, model) if model else [None]
+        what = f"{'all models' if model is None else ', '.join(keys) or model}, {tag or 'all workloads'}"
+        if model and not keys:
+            click.echo(f"nothing remembered for model {model!r}")
+            return
+        if not yes:
+            click.confirm(f"delete the remembered answers of {what} from {store.path}?", abort=True)
+        n = sum(clear(store, model_key=k, workload=tag) for k in keys)
+    click.echo(f"deleted {n} remembered answers ({what})")
+
+
+@memory_group.command("export")
+@click.option("--model", required=True, help="model name or name:config_hash (see `autolade memory list`)")
+@click.option("--workload", required=True, help="workload tag")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), required=True)
+@clean_errors
+def memory_export(model, workload, output):
+    """Write one model's memory of one workload as autolade-memory JSON."""
+    from .errors import ProfileError
+    from .memory import export_memory, matching_keys
+    from .prompts import workload_tag
+    from .store import ProfileStore
+
+    with ProfileStore() as store:
+        keys = matching_keys(store, model)
+        if len(keys) != 1:
+            raise ProfileError(f"model {model!r} names {len(keys)} remembered models ({', '.join(keys) or 'none'}); "
+                               "give the full name:config_hash from `autolade memory list`")
+        n = export_memory(store, model_key=keys[0], workload=workload_tag(workload), path=output)
+    click.echo(f"wrote {n} answers to {output}")
+
+
+@memory_group.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@clean_errors
+def memory_import(files):
+    """Add autolade-memory JSON files to this machine's memory (each file all or nothing)."""
+    from .memory import import_memory
+    from .store import ProfileStore
+
+    with ProfileStore() as store:
+        for f in files:
+            n = import_memory(f, store)
+            click.echo(f"imported {n} answers from {f}")

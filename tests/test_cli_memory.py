@@ -1,0 +1,65 @@
+"""`autolade memory` through the click runner, against the test's own AUTOLADE_HOME store."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from autolade.cli import cli
+from autolade.memory import add_answers, summary
+from autolade.store import ProfileStore
+
+KEY = "tiny-llama:abc123"
+
+
+def _seed() -> None:
+    with ProfileStore() as store:
+        add_answers(store, model_key=KEY, workload="code", answers=[[1, 2, 3], [4, 5]], source="t")
+        add_answers(store, model_key=KEY, workload="chat", answers=[[6]], source="t")
+
+
+def test_list_says_where_the_memory_lives_and_what_it_holds():
+    runner = CliRunner()
+    empty = runner.invoke(cli, ["memory", "list"])
+    assert empty.exit_code == 0 and "autolade.db" in empty.output and "nothing remembered" in empty.output
+    _seed()
+    out = runner.invoke(cli, ["memory", "list"]).output
+    assert "tiny-llama:abc123" in out and "code" in out and "chat" in out
+
+
+def test_export_then_clear_then_import_restores_it(tmp_path):
+    _seed()
+    runner = CliRunner()
+    f = tmp_path / "code.json"
+    res = runner.invoke(cli, ["memory", "export", "--model", "tiny-llama", "--workload", "humaneval", "-o", str(f)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(f.read_text())["answers"] == [[1, 2, 3], [4, 5]]
+    res = runner.invoke(cli, ["memory", "clear", "--workload", "code", "--yes"])
+    assert res.exit_code == 0 and "deleted 2" in res.output
+    with ProfileStore() as store:
+        assert [r["workload"] for r in summary(store)] == ["chat"]
+    res = runner.invoke(cli, ["memory", "import", str(f)])
+    assert res.exit_code == 0 and "imported 2" in res.output
+    with ProfileStore() as store:
+        assert {r["workload"]: r["answers"] for r in summary(store)} == {"chat": 1, "code": 2}
+
+
+def test_clear_asks_first_and_keeps_everything_on_no():
+    _seed()
+    res = CliRunner().invoke(cli, ["memory", "clear"], input="n\n")
+    assert res.exit_code != 0
+    with ProfileStore() as store:
+        assert sum(r["answers"] for r in summary(store)) == 3
+
+
+def test_bad_import_is_one_clean_line(tmp_path):
+    f = tmp_path / "bad.json"
+    f.write_text('{"format": "autolade-memory", "version": 1, "model": "m", "workload": "c", "answers": [[1, 2')
+    res = CliRunner().invoke(cli, ["memory", "import", str(f)])
+    assert res.exit_code == 1 and "truncated" in res.output and "Traceback" not in res.output
+
+
+def test_export_of_an_unknown_model_names_the_fix(tmp_path):
+    res = CliRunner().invoke(cli, ["memory", "export", "--model", "nope", "--workload", "code", "-o", str(tmp_path / "x")])
+    assert res.exit_code == 1 and "autolade memory list" in res.output
