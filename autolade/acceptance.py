@@ -125,6 +125,8 @@ class AcceptanceRow:
     context_min: int  # KV length (prompt + committed - 1) seen at a step, smallest
     context_median: int  # ... median over all steps
     context_max: int  # ... largest
+    prompts: int | None = None  # prompts this row was counted on; None = the table's ``prompts``
+    counted_by: str = "engine"  # "engine" (autolade's decoder) or "replay" (greedy outputs replayed, lookup-only rows)
 
     def __post_init__(self) -> None:
         _validate_row(self)
@@ -152,7 +154,8 @@ class AcceptanceRow:
             "steps": self.steps,
             "tokens": self.tokens,
             "context": {"min": self.context_min, "median": self.context_median, "max": self.context_max},
-        }
+        } | ({"prompts": self.prompts} if self.prompts is not None else {}) | (
+            {"counted_by": self.counted_by} if self.counted_by != "engine" else {})
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,22 @@ class AcceptanceTable:
     def with_row(self, row: AcceptanceRow) -> AcceptanceTable:
         """This table with one more row (a label already present is replaced)."""
         return replace(self, rows=(*(r for r in self.rows if r.label != row.label), row))
+
+    def row_prompts(self, row: AcceptanceRow) -> int:
+        return row.prompts if row.prompts is not None else self.prompts
+
+    def merged(self, other: AcceptanceTable) -> AcceptanceTable:
+        """Both tables' rows (same model, tokenizer, workload, dtype and length): for a setting in both,
+        the row counted on more prompts (this table's on a tie). Rows keep their own prompt counts."""
+        key = ("model_fingerprint", "tokenizer_fingerprint", "workload", "dtype", "max_new_tokens")
+        if any(getattr(self, k) != getattr(other, k) for k in key):
+            raise ProfileError("only tables of the same model, tokenizer, workload, dtype and max_new_tokens merge")
+        own = lambda t: tuple(replace(r, prompts=t.row_prompts(r)) for r in t.rows)
+        rows = {r.label: r for r in own(other)}
+        for r in own(self):
+            if r.label not in rows or r.prompts >= rows[r.label].prompts:
+                rows[r.label] = r
+        return replace(self, rows=tuple(rows.values()), prompts=max(self.prompts, other.prompts))
 
     def check_for(self, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str, dtype: str | None = None) -> None:
         """ProfileError unless this table was measured for that model, tokenizer (and dtype)."""
@@ -333,6 +352,12 @@ def _validate_row(r: AcceptanceRow) -> None:
         value = getattr(r, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name in ("steps", "tokens") else 0):
             raise ProfileError(f"{where}: {name} must be a {'positive' if name in ('steps', 'tokens') else 'non-negative'} integer, got {value!r}")
+    if r.prompts is not None and (isinstance(r.prompts, bool) or not isinstance(r.prompts, int) or r.prompts < 1):
+        raise ProfileError(f"{where}: prompts must be a positive integer or absent, got {r.prompts!r}")
+    if r.counted_by not in ("engine", "replay"):
+        raise ProfileError(f"{where}: counted_by must be 'engine' or 'replay', got {r.counted_by!r}")
+    if r.counted_by == "replay" and (r.setting.config.lookahead or r.setting.policy != "static"):
+        raise ProfileError(f"{where}: only static prompt-lookup settings can be counted by replay (a window needs the model)")
     if not r.context_min <= r.context_median <= r.context_max:
         raise ProfileError(f"{where}: contexts must satisfy min <= median <= max, got {r.context_min}/{r.context_median}/{r.context_max}")
     if not isinstance(r.packed_hist, dict) or not r.packed_hist:
@@ -391,8 +416,8 @@ def _validate_table(t: AcceptanceTable) -> None:
         raise ProfileError(f"row labels must be unique, got {labels}")
     for r in t.rows:
         # the steps commit at most max_new_tokens - 1 tokens per prompt (the first comes from the prefill)
-        if r.tokens > t.prompts * (t.max_new_tokens - 1):
-            raise ProfileError(f"row {r.label!r}: tokens={r.tokens} exceeds {t.prompts} prompts x "
+        if r.tokens > t.row_prompts(r) * (t.max_new_tokens - 1):
+            raise ProfileError(f"row {r.label!r}: tokens={r.tokens} exceeds {t.row_prompts(r)} prompts x "
                                f"{t.max_new_tokens - 1} decoded tokens each")
 
 
@@ -426,6 +451,8 @@ def _row_from_dict(data: Any, index: int) -> AcceptanceRow:
         context_min=_get(ctx, "min", int, where=f"{where}.context"),
         context_median=_get(ctx, "median", int, where=f"{where}.context"),
         context_max=_get(ctx, "max", int, where=f"{where}.context"),
+        prompts=_get(data, "prompts", int, where=where, required=False),
+        counted_by=_get(data, "counted_by", str, where=where, required=False) or "engine",
     )
 
 
@@ -486,6 +513,70 @@ def row_from_runs(setting: Setting, runs: Sequence[tuple[int, Any]]) -> Acceptan
         context_median=int(statistics.median(contexts)),
         context_max=max(contexts),
     )
+
+
+@dataclass(frozen=True)
+class _ReplayedRun:
+    """The part of ``res.stats`` that ``row_from_runs`` reads, from a replayed trace."""
+
+    steps: int
+    new_tokens: int
+    tokens_per_step: float
+    per_step: dict[str, list[int]]
+
+
+def replay_row(setting: Setting, traces: Sequence[Any]) -> AcceptanceRow:
+    """A row for a static prompt-lookup setting counted by replaying greedy outputs (``replay.Trace``)
+    instead of running the engine: the same drafts, the same accepted lengths, no model. Exact where
+    the engine's output is the greedy one (fp32); in bf16 the engine's own output may differ late."""
+    from .replay import lookup_rule, replay_trace
+
+    if setting.policy != "static" or setting.config.lookahead:
+        raise ProfileError(f"setting {setting.label!r} cannot be replayed: only static prompt-lookup settings can")
+    runs = []
+    for trace in traces:
+        steps = replay_trace(lookup_rule(setting.config), trace)
+        n_new = len(trace.output)
+        runs.append((len(trace.prompt), _ReplayedRun(
+            steps=len(steps), new_tokens=n_new, tokens_per_step=(n_new - 1) / len(steps) if steps else float(n_new),
+            per_step={"packed": [k for k, _ in steps], "accepted": [a for _, a in steps]})))
+    return replace(row_from_runs(setting, runs), prompts=len(traces), counted_by="replay")
+
+
+def replayable(setting: Setting) -> bool:
+    return setting.policy == "static" and not setting.config.lookahead
+
+
+def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any], settings: Sequence[Setting], *,
+                      progress: Callable[[str], None] | None = None) -> AcceptanceTable:
+    """``table`` with every replayable setting of ``settings`` counted by replay over the greedy outputs
+    (HF ``generate``, one run per prompt) of ``prompts``: one greedy pass instead of one engine run per
+    setting, so the prompt-lookup rows can rest on many more prompts than the window rows. A row
+    already counted on at least as many prompts is kept."""
+    import torch
+
+    from .harness import run_greedy
+    from .replay import Trace
+
+    wanted = [s for s in settings if replayable(s)]
+    if not wanted or not prompts:
+        return table
+    traces = []
+    for i, ids in enumerate(prompts):
+        ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, dtype=torch.long)
+        ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
+        out = run_greedy(model, ids, max_new_tokens=table.max_new_tokens).tokens
+        traces.append(Trace(tuple(ids[0].tolist()), tuple(out)))
+        if progress is not None:
+            progress(f"  greedy output {i + 1}/{len(prompts)}: {len(out)} tokens")
+    for setting in wanted:
+        row = replay_row(setting, traces)
+        if setting.label in {r.label for r in table.rows} and table.row_prompts(table.row(setting.label)) >= len(traces):
+            continue
+        table = table.with_row(row)
+        if progress is not None:
+            progress(f"  {setting.label:<36} {row.tokens_per_step:.3f} tokens/step over {len(traces)} prompts (replayed)")
+    return replace(table, prompts=max(table.prompts, len(traces)))
 
 
 def empty_table(model: Any, tokenizer: Any = None, *, workload: str, max_new_tokens: int, prompts: int,

@@ -442,9 +442,11 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
 @click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
 @click.option("--grid", type=click.Choice(["full", "compact"]), default="full", show_default=True,
               help="candidate settings: full (34) or compact (13)")
+@click.option("--replay-prompts", type=int, default=0, show_default=True, metavar="M",
+              help="also count the prompt-lookup settings on M prompts by replaying one greedy run each (cheap)")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="also write the table as shareable JSON")
 @clean_errors
-def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, output):
+def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, replay_prompts, output):
     """Measure how many tokens each candidate setting accepts per step (never timed: hardware-free).
 
     Saved to the store after every setting, so an interrupted run keeps what it measured."""
@@ -453,6 +455,7 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, outp
 
     from . import api
     from .acceptance import (
+        add_replayed_rows,
         compact_grid,
         default_grid,
         measure_acceptance,
@@ -466,11 +469,13 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, outp
 
     if n_prompts < 1:
         raise click.BadParameter("--prompts must be at least 1")
+    if replay_prompts < 0:
+        raise click.BadParameter("--replay-prompts must be 0 (off) or more")
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype)
     # the tuning split only: the held-out prompts stay unseen by every table, profile and tune
-    prompts = split_workload(load_workload(workload), holdout_fraction=HOLDOUT_FRACTION)[0][:n_prompts]
-    ids = [encode_prompt(tok, p.text, kind=p.kind) for p in prompts]
+    tuning = split_workload(load_workload(workload), holdout_fraction=HOLDOUT_FRACTION)[0]
+    ids = [encode_prompt(tok, p.text, kind=p.kind) for p in tuning[:n_prompts]]
     tag = workload_tag(workload)
     grid = compact_grid() if grid == "compact" else default_grid()
     click.echo(f"measuring {len(grid)} settings on {len(ids)} {tag} prompts x {max_new_tokens} tokens...", err=True)
@@ -490,6 +495,11 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, outp
             prompt_set=f"{tag} tuning split[:{len(ids)}]", measured_on=platform.node(),
             progress=lambda m: click.echo(m, err=True), on_row=save, resume_from=resume,
         )  # fmt: skip
+        if replay_prompts:
+            click.echo(f"replaying the prompt-lookup settings over {replay_prompts} greedy outputs...", err=True)
+            more = [encode_prompt(tok, p.text, kind=p.kind) for p in tuning[:replay_prompts]]
+            table = add_replayed_rows(table, mdl, more, grid, progress=lambda m: click.echo(m, err=True))
+            save(table)
         click.echo(f"saved acceptance table ({len(table.rows)} settings, {table.model_fingerprint} {table.dtype} "
                    f"{table.workload}, tokenizer {table.tokenizer_fingerprint}) to {store.path}")
     if output:

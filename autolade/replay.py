@@ -158,6 +158,30 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def replay_trace(rule: DraftRule, trace: Trace, *, oracle: bool = False) -> list[tuple[int, int]]:
+    """(packed tokens, accepted draft tokens) of every step ``rule`` takes over one greedy trace."""
+    out = trace.output
+    index = SuffixIndex(max_ngram=rule.max_ngram)
+    index.extend(trace.prompt)
+    index.extend(out[:1])
+    pos, steps = 1, []  # out[:pos] is decided
+    while pos < len(out):
+        drafts = rule.drafts(index)
+        room = len(out) - pos - 1  # the step's bonus token must exist
+        hits = [min(_common(d, out[pos:]), room) for d in drafts]
+        accepted = max(hits, default=0)
+        rule.update(drafts, accepted)
+        if oracle:
+            drafts = [drafts[hits.index(accepted)][:accepted]] if accepted else []
+        tree = DraftTree(index.tokens[-1])
+        for d in drafts:
+            tree.add(d)
+        index.extend(out[pos : pos + accepted + 1])
+        pos += accepted + 1
+        steps.append((len(tree), accepted))
+    return steps
+
+
 def replay(make_rule: Callable[[], DraftRule], traces: Sequence[Trace], curve: StepCurve, *,
            oracle: bool = False, name: str | None = None) -> ReplayResult:
     """Replay a drafting rule (a fresh one per trace) over greedy traces; ``oracle``: keep only the
@@ -171,31 +195,22 @@ def replay(make_rule: Callable[[], DraftRule], traces: Sequence[Trace], curve: S
     for trace in traces:
         rule = make_rule()
         rule_name = rule.name
-        out = trace.output
-        index = SuffixIndex(max_ngram=rule.max_ngram)
-        index.extend(trace.prompt)
-        index.extend(out[:1])
-        pos = 1  # out[:pos] is decided
-        while pos < len(out):
-            drafts = rule.drafts(index)
-            room = len(out) - pos - 1  # the step's bonus token must exist
-            hits = [min(_common(d, out[pos:]), room) for d in drafts]
-            accepted = max(hits, default=0)
-            rule.update(drafts, accepted)
-            if oracle:
-                drafts = [drafts[hits.index(accepted)][:accepted]] if accepted else []
-            tree = DraftTree(index.tokens[-1])
-            for d in drafts:
-                tree.add(d)
-            index.extend(out[pos : pos + accepted + 1])
-            pos += accepted + 1
+        for k, _ in replay_trace(rule, trace, oracle=oracle):
             steps += 1
-            packed += len(tree)
-            time_ms += curve.cost(len(tree))
-        tokens += len(out) - 1
+            packed += k
+            time_ms += curve.cost(k)
+        tokens += len(trace.output) - 1
     label = name or (f"{rule_name}, oracle-sized" if oracle else rule_name)
     return ReplayResult(name=label, tokens=tokens, steps=steps, packed=packed, time_ms=time_ms,
                         greedy_ms=tokens * curve.cost(1))
+
+
+def lookup_rule(config: LookaheadConfig) -> Lookup:
+    """The replay rule of a static prompt-lookup-only config (what the engine's PromptLookupSource drafts)."""
+    if config.lookahead:
+        raise ConfigError("only prompt-lookup settings replay without the model: a Jacobi window needs its forwards")
+    return Lookup(length=config.prompt_lookup, drafts=config.prompt_lookup_drafts if config.prompt_lookup else 0,
+                  scaled=config.prompt_lookup_scaled, max_ngram=max(config.prompt_lookup_ngram, 1))
 
 
 def bound_results(traces: Sequence[Trace], curve: StepCurve) -> list[ReplayResult]:

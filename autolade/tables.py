@@ -69,15 +69,18 @@ def find_table(store: Any, *, model_fingerprint: str | dict[str, str], tokenizer
         where = d if d == dtype else f"measured in {d}, used for {dtype}: acceptance barely depends on the dtype"
         table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=tokenizer_fingerprint,
                                       workload=workload, dtype=d)
-        if table is not None:
-            return table, f"store ({workload}, {where})"
         if files is None:
             files = list(shipped_tables(dirs))
         matches = [(t, label) for t, label in files if t.model_fingerprint == fp and t.dtype == d
                    and t.tokenizer_fingerprint == tokenizer_fingerprint and t.workload == workload]
-        if matches:
-            table, label = max(matches, key=lambda m: m[0].created)
-            return table, f"file:{label} ({workload}, {where})"
+        shipped, label = max(matches, key=lambda m: m[0].created) if matches else (None, "")
+        if table is not None and shipped is not None and shipped.max_new_tokens == table.max_new_tokens:
+            # a table the tuner started holds few rows: the shipped one fills in the rest (per setting, more prompts wins)
+            return table.merged(shipped), f"store + file:{label} ({workload}, {where})"
+        if table is not None:
+            return table, f"store ({workload}, {where})"
+        if shipped is not None:
+            return shipped, f"file:{label} ({workload}, {where})"
     return None, (f"no acceptance table for {fp} ({workload}) with this tokenizer: "
                   f"measure one with `autolade accept --workload {workload}`")
 

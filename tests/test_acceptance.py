@@ -17,10 +17,13 @@ from autolade.acceptance import (
     AcceptanceRow,
     AcceptanceTable,
     Setting,
+    add_replayed_rows,
     compact_grid,
     default_grid,
+    empty_table,
     import_acceptance,
     measure_acceptance,
+    measure_row,
     read_acceptance_file,
     tokenizer_fingerprint,
     write_acceptance_file,
@@ -346,3 +349,47 @@ def test_measure_smollm2_two_prompts(smollm2):
     assert t.row("W4 N4 G4").tokens_per_step >= 1.0
     assert t.row("W4 N4 G4").packed_mean > 1.0
     assert AcceptanceTable.from_json(t.to_json()) == t
+
+
+# --- rows counted by replay ----------------------------------------------------------------
+
+
+def test_a_replayed_row_counts_exactly_what_the_engine_counts():
+    """fp32 tiny model: replaying HF greedy outputs gives the engine's own steps, packed sizes and tokens."""
+    model = tiny_llama()
+    prompts = [repetitive_prompt(seed=s) for s in range(3)]
+    settings = [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING]
+    empty = empty_table(model, workload="chat", max_new_tokens=40, prompts=1)
+    replayed = add_replayed_rows(empty, model, prompts, settings + [WINDOW])
+    assert [r.label for r in replayed.rows] == [s.label for s in settings]  # the window is not replayable
+    assert replayed.prompts == 3
+    for setting in settings:
+        engine = measure_row(model, prompts, setting, max_new_tokens=40)
+        got = replayed.row(setting.label)
+        assert got.counted_by == "replay" and got.prompts == 3
+        assert (got.steps, got.tokens, got.packed_hist) == (engine.steps, engine.tokens, engine.packed_hist)
+        assert got.tokens_per_step_mean == pytest.approx(engine.tokens_per_step_mean)
+
+
+def test_replayed_rows_round_trip_and_only_lookup_rows_may_be_replayed(tmp_path):
+    t = table(row(GREEDY_SETTING, hist={1: 100}, tokens=100), row(prompts=40, counted_by="replay", tokens=4000,
+                                                                   hist={1: 1000, 5: 1000}), prompts=10)
+    back = AcceptanceTable.from_json(t.to_json())
+    assert back == t and back.row(LOOKUP4.label).prompts == 40
+    assert "counted_by" not in json.dumps(t.to_dict()["rows"][0])  # old files' shape when nothing is new
+    with pytest.raises(ProfileError, match="only static prompt-lookup settings"):
+        row(WINDOW, counted_by="replay")
+    with pytest.raises(ProfileError, match="counted_by"):
+        row(counted_by="guess")
+    with pytest.raises(ProfileError, match="exceeds 10 prompts"):
+        table(row(GREEDY_SETTING, hist={1: 100}, tokens=100), row(tokens=4000, hist={1: 1000, 5: 1000}))
+
+
+def test_merge_keeps_every_setting_and_the_row_on_more_prompts():
+    few = table(row(tokens=120), prompts=2, rows=(row(tokens=120),))
+    many = table(row(GREEDY_SETTING, hist={1: 100}, tokens=100), row(tokens=150), prompts=10)
+    merged = few.merged(many)
+    assert {r.label for r in merged.rows} == {GREEDY_SETTING.label, LOOKUP4.label}
+    assert merged.row(LOOKUP4.label).tokens == 150 and merged.prompts == 10
+    with pytest.raises(ProfileError, match="same model"):
+        few.merged(table(workload="code"))

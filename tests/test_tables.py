@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from autolade.acceptance import GREEDY_SETTING, AcceptanceRow, AcceptanceTable, Setting
 from autolade.config import SCALED_LOOKUP, LookaheadConfig
@@ -77,11 +78,20 @@ def test_find_table_prefers_the_store_then_shipped_files_then_the_other_dtype(tm
         table, source = find_table(store, model_fingerprint=FP, tokenizer_fingerprint="v96:x", workload="chat",
                                    dtype="float32", table_dirs=[shipped])
         assert table.dtype == "float32" and "measured in" not in source
-        # the store's beats a shipped one
-        store.save_acceptance(synthetic_table())
-        _, source = find_table(store, model_fingerprint=FP, tokenizer_fingerprint="v96:x", workload="chat",
-                               dtype="float32", table_dirs=[shipped])
-        assert source.startswith("store (chat, float32")
+        # the store's (e.g. started by a tune: one row, few prompts) is merged with the shipped one:
+        # every shipped setting stays, and per setting the row counted on more prompts wins
+        tuned = replace(synthetic_table(), prompts=3, rows=(_row(LOOKUP, {1: 10, 3: 20}, 60),))
+        store.save_acceptance(tuned)
+        table, source = find_table(store, model_fingerprint=FP, tokenizer_fingerprint="v96:x", workload="chat",
+                                   dtype="float32", table_dirs=[shipped])
+        assert source.startswith("store + file:") and source.endswith("acceptance-m-float32-chat.json (chat, float32)")
+        assert {r.label for r in table.rows} == {r.label for r in synthetic_table().rows}
+        assert table.row(LOOKUP.label).tokens == 180 and table.row_prompts(table.row(LOOKUP.label)) == 10
+        # with no shipped table of this dtype the store's stands alone
+        (shipped / "acceptance-m-float32-chat.json").unlink()
+        table, source = find_table(store, model_fingerprint=FP, tokenizer_fingerprint="v96:x", workload="chat",
+                                   dtype="float32", table_dirs=[shipped])
+        assert source.startswith("store (chat, float32") and [r.label for r in table.rows] == [LOOKUP.label]
 
 
 def test_find_table_never_returns_another_models_or_tokenizers_table(tmp_path):
