@@ -245,10 +245,8 @@ def _verifier(gc: Any, processors: Sequence, seed: int | None):
     values: dict[str, Any] = {}
     last = -1
     for proc in processors:
-        for rank, (cls, field, attr) in enumerate(_PROCESSORS):
-            if type(proc) is cls:
-                break
-        else:
+        rank = next((i for i, (cls, _, _) in enumerate(_PROCESSORS) if type(proc) is cls), None)
+        if rank is None:
             raise ConfigError(
                 f"autolade.hf.lookahead does not support the logits processor {type(proc).__name__}: only repetition_penalty, "
                 "temperature, top_k, top_p and min_p are implemented exactly (use model.generate without custom_generate)"
@@ -260,6 +258,7 @@ def _verifier(gc: Any, processors: Sequence, seed: int | None):
             raise ConfigError(f"autolade.hf.lookahead supports {type(proc).__name__} only with min_tokens_to_keep=1 and filter_value=-inf")
         if getattr(proc, "prompt_ignore_length", None) is not None:
             raise ConfigError("autolade.hf.lookahead does not support a repetition penalty that ignores a padded prompt")
+        _, field, attr = _PROCESSORS[rank]
         last, values[field] = rank, getattr(proc, attr)
     if not gc.do_sample:
         if seed is not None:
