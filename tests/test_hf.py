@@ -304,9 +304,10 @@ def test_batch_and_padding_raise(model, ids):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["smollm2", "gemma3"])
-def test_real_model_greedy_stream_and_stop(name, request):
-    """fp32, 48 tokens: the drop-in's tokens are model.generate's; the streamed text is the output's;
-    a stop string from the middle of the output cuts where model.generate cuts."""
+def test_real_model_greedy_stream_eos_and_stop(name, request):
+    """fp32, 48 tokens of a HumanEval prompt: the drop-in's tokens are model.generate's (resolved
+    settings with a streamer, whose text is the output's; explicit W/N/G with an EOS in the middle),
+    and a stop string from the middle of the output cuts where model.generate cuts."""
     model, tok = request.getfixturevalue(name)
     prompt = load_workload("code", limit=1)[0]
     inputs = {"input_ids": encode_prompt(tok, prompt.text, kind="code")}
@@ -321,7 +322,13 @@ def test_real_model_greedy_stream_and_stop(name, request):
     text = "".join(streamer)
     worker.join()
     assert result["out"].tolist() == hf.tolist()
-    assert text == tok.decode(hf[0, n:], skip_special_tokens=True)
+    assert text == tok.decode(hf[0, n:])
+
+    eos = int(hf[0, n + 24])  # a token of the output's middle ends the generation there (or earlier)
+    hf_eos = model.generate(**inputs, max_new_tokens=48, do_sample=False, eos_token_id=[eos])
+    ours_eos = model.generate(**inputs, max_new_tokens=48, custom_generate=autolade.hf.lookahead, eos_token_id=[eos], **W2)
+    assert ours_eos.tolist() == hf_eos.tolist() and hf_eos.shape[1] <= n + 25 and int(hf_eos[0, -1]) == eos
+
     full = tok.decode(hf[0, n:])
     stop = full[len(full) // 2 : len(full) // 2 + 3]
     hf_stop = model.generate(**inputs, max_new_tokens=48, do_sample=False, stop_strings=[stop], tokenizer=tok)
