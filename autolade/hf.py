@@ -28,7 +28,9 @@ keyword of its signature that its ``_sample`` does not have, taken out of ``gene
 before they are validated (``GenerationMixin._extract_generation_mode_kwargs``), so they pass
 straight through ``model.generate(...)`` and ``pipeline(...)(...)``: ``window``, ``ngram``,
 ``guesses``, ``config``, ``policy``, ``workload``, ``seed``, ``stop_strings``,
-``lookahead_tokenizer``, ``lookahead_streamer``, ``lookahead_on_stats``.
+``lookahead_tokenizer``, ``lookahead_streamer``, ``lookahead_on_stats``. A keyword that neither
+transformers nor ``lookahead`` knows is refused by transformers itself ("The following
+`model_kwargs` are not used by the model"), before ``lookahead`` runs.
 
 Two gaps in transformers 5.x's callable path, and what this module does about them:
 ``_extract_generation_mode_kwargs`` replaces (rather than extends) its dict with the callable's
@@ -37,7 +39,8 @@ own keys, so a callable never receives ``tokenizer=`` nor ``streamer=``. For the
 frame when that caller is ``GenerationMixin.generate`` (read only; nothing in transformers is
 changed), so ``streamer=`` works as usual. The tokenizer cannot be recovered, so ``stop_strings``
 with a callable need ``lookahead_tokenizer=tok`` (``stop_strings`` itself is one of our keys, so
-transformers does not reject it first). The folder form has neither gap:
+transformers does not reject it first; a ``generation_config`` carrying ``stop_strings`` is
+rejected by transformers for want of a tokenizer before ``lookahead`` runs: use the keyword). The folder form has neither gap:
 ``model.generate(..., custom_generate=autolade.hf.folder(), trust_remote_code=True)`` loads
 ``custom_generate/generate.py``, which receives all of ``generate``'s arguments and calls
 ``autolade.hf.generate`` below.
