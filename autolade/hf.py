@@ -142,10 +142,35 @@ def lookahead(
     """
     if generation_config is None:
         raise ConfigError("autolade.hf.lookahead runs inside transformers: call model.generate(..., custom_generate=autolade.hf.lookahead)")
-    _reject_unsupported(generation_config, input_ids, model_kwargs, synced_gpus)
-    tokenizer = tokenizer if tokenizer is not None else lookahead_tokenizer
+    prompt_put = streamer is not None  # a streamer generate handed us: it put() the prompt already
+    if streamer is None:
+        streamer = _streamer_from_caller(sys._getframe(1))
+        prompt_put = streamer is not None
+    if streamer is None:
+        streamer = lookahead_streamer
+    try:  # end() the streamer whatever happens: a TextIteratorStreamer's reader would wait forever
+        seq, stats = _decode(
+            model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs,
+            streamer=streamer, prompt_put=prompt_put, stop_strings=stop_strings,
+            tokenizer=tokenizer if tokenizer is not None else lookahead_tokenizer, seed=seed,
+            settings=dict(window=window, ngram=ngram, guesses=guesses, config=config, policy=policy, workload=workload),
+        )  # fmt: skip
+    finally:
+        if streamer is not None:
+            streamer.end()
+    if lookahead_on_stats is not None:
+        lookahead_on_stats(stats)
+    if generation_config.return_dict_in_generate:
+        return GenerateDecoderOnlyOutput(sequences=seq)
+    return seq
+
+
+def _decode(model, input_ids, logits_processor, stopping_criteria, gc, synced_gpus, model_kwargs, *, streamer, prompt_put,
+            stop_strings, tokenizer, seed, settings) -> tuple[torch.Tensor, GenerateStats]:  # fmt: skip
+    """Checks what generate prepared, then runs the engine: (sequences [1, prompt + new], stats)."""
+    _reject_unsupported(gc, input_ids, model_kwargs, synced_gpus)
     criteria = list(stopping_criteria or ())
-    max_length = min((c.max_length for c in criteria if isinstance(c, MaxLengthCriteria)), default=generation_config.max_length)
+    max_length = min((c.max_length for c in criteria if isinstance(c, MaxLengthCriteria)), default=gc.max_length)
     eos = sorted({int(e) for c in criteria if isinstance(c, EosTokenCriteria) for e in c.eos_token_id.flatten().tolist()})
     others = [c for c in criteria if not isinstance(c, (MaxLengthCriteria, EosTokenCriteria))]
     if any(isinstance(c, ConfidenceCriteria) for c in others):
@@ -157,32 +182,17 @@ def lookahead(
                 "pass lookahead_tokenizer=tok (or use custom_generate=autolade.hf.folder(), trust_remote_code=True)"
             )
         others.append(StopStringCriteria(tokenizer, [stop_strings] if isinstance(stop_strings, str) else list(stop_strings)))
-    verifier = _verifier(generation_config, logits_processor or (), seed)
-    ids = _check_input(model, input_ids, max(max_length - input_ids.shape[-1], 0))
-    prompt_put = streamer is not None
-    if streamer is None:
-        streamer = _streamer_from_caller(sys._getframe(1))
-        prompt_put = streamer is not None  # generate put() the prompt before calling us
-    if streamer is None and lookahead_streamer is not None:
-        streamer = lookahead_streamer
-    tracker = _Tracker(ids, max_length - ids.shape[1], StoppingCriteriaList(others), streamer)
-    try:
-        if streamer is not None and not prompt_put:
-            streamer.put(ids.cpu())
-        res = run_engine(
-            model, ids, max_new_tokens=tracker.room, window=window, ngram=ngram, guesses=guesses, config=config, policy=policy,
-            workload=workload, tokenizer=tokenizer, eos=eos, stop=tracker.stop if tracker.active else None,
-            on_tokens=tracker.on_tokens if tracker.active else None, verifier=verifier,
-        )  # fmt: skip
-    finally:
-        if streamer is not None:
-            streamer.end()
-    seq = res.sequences[:, : ids.shape[1] + tracker.kept] if tracker.cut else res.sequences
-    if lookahead_on_stats is not None:
-        lookahead_on_stats(res.stats)
-    if generation_config.return_dict_in_generate:
-        return GenerateDecoderOnlyOutput(sequences=seq)
-    return seq
+    verifier = _verifier(gc, logits_processor or (), seed)
+    room = max(max_length - input_ids.shape[-1], 0)
+    ids = _check_input(model, input_ids, room)
+    tracker = _Tracker(ids, room, StoppingCriteriaList(others), streamer)
+    if streamer is not None and not prompt_put:
+        streamer.put(ids.cpu())
+    res = run_engine(
+        model, ids, max_new_tokens=room, **settings, tokenizer=tokenizer, eos=eos, verifier=verifier,
+        stop=tracker.stop if tracker.active else None, on_tokens=tracker.on_tokens if tracker.active else None,
+    )  # fmt: skip
+    return (res.sequences[:, : ids.shape[1] + tracker.kept] if tracker.cut else res.sequences), res.stats
 
 
 def generate(model: torch.nn.Module, inputs: torch.Tensor | None = None, **generate_arguments: Any):

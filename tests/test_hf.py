@@ -287,6 +287,14 @@ def test_unsupported_arguments_raise(model, ids, kwargs, match):
         model.generate(ids, max_new_tokens=5, custom_generate=autolade.hf.lookahead, **kwargs)
 
 
+def test_a_refused_call_still_ends_the_streamer(model, ids):
+    """generate put() the prompt before lookahead refuses: end() follows, so a reader never waits forever."""
+    rec = Recorder()
+    with pytest.raises(ConfigError, match="NoRepeatNGramLogitsProcessor"):
+        model.generate(ids, max_new_tokens=5, custom_generate=autolade.hf.lookahead, no_repeat_ngram_size=2, streamer=rec)
+    assert rec.calls == [ids.tolist(), "end"]
+
+
 def test_batch_and_padding_raise(model, ids):
     batch = torch.cat([ids, ids])
     with pytest.raises(InputError, match="batch of 2"):
