@@ -18,3 +18,12 @@ __all__ = [
     "generate",
     "load",
 ]
+
+
+def __getattr__(name: str):
+    """``autolade.hf`` (the model.generate drop-in) loads on first use: it imports transformers' generation code."""
+    if name == "hf":
+        import importlib
+
+        return importlib.import_module(".hf", __name__)
+    raise AttributeError(f"module 'autolade' has no attribute {name!r}")

@@ -109,13 +109,39 @@ def generate(
         model, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
         repetition_penalty=repetition_penalty, seed=seed,
     )  # fmt: skip
+    eos = eos_ids(model, eos_token_id=eos_token_id)
+    stop = _stop_fn(stop_token_ids, stop_strings, tokenizer)
+    return run_engine(
+        model, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses, config=config,
+        policy=policy, workload=workload, tokenizer=tokenizer, eos=eos, stop=stop, on_tokens=on_tokens, verifier=verifier,
+    )  # fmt: skip
+
+
+def run_engine(
+    model: torch.nn.Module,
+    ids: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    window: int | None,
+    ngram: int | None,
+    guesses: int | None,
+    config: LookaheadConfig | None,
+    policy: Policy | str | dict | None,
+    workload: str | None,
+    tokenizer: Any,
+    eos: Sequence[int],
+    stop: Callable[[list[int]], bool] | None,
+    on_tokens: Callable[[list[int]], None] | None,
+    verifier: Any,
+) -> GenerateResult:
+    """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
+    resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
+    runtime policy, the decode and its stats. ``ids`` [1, T] are already checked (``_check_input``)."""
     config, source, profile_policy = _resolve_config(model, config, window, ngram, guesses, workload, tokenizer)
     if policy is None:
         policy = profile_policy
     if policy is None or isinstance(policy, (str, dict)):
         policy = make_policy(policy, config, cost=stored_cost(model) if needs_cost(policy) else None)
-    eos = eos_ids(model, eos_token_id=eos_token_id)
-    stop = _stop_fn(stop_token_ids, stop_strings, tokenizer)
     t0 = time.perf_counter()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,

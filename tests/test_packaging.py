@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "autolade", "policies", "profiles")  # what the wheel is built from
+SOURCES = ("pyproject.toml", "README.md", "autolade", "policies", "profiles", "custom_generate")  # what the wheel is built from
 
 # Runs inside the venv, from a cwd outside the checkout: a shipped preset by name, the shipped
 # profiles through the store's profile search, and a generate() on a tiny random model with both.
@@ -40,9 +40,12 @@ cfg = LlamaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidd
 model = LlamaForCausalLM(cfg).eval()
 ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]])
 out = generate(model, ids, max_new_tokens=8, policy="adaptive-cpu")
+import autolade.hf
+dropin = model.generate(ids, max_new_tokens=8, custom_generate=autolade.hf.folder(), trust_remote_code=True)
 json.dump({"autolade": autolade.__file__, "policies": str(repo_policies_dir()), "profiles": str(repo_profiles_dir()),
            "source": source, "settings_window": profile.settings.window if profile else None,
-           "policy": type(policy).__name__, "new_tokens": out.stats.new_tokens}, sys.stdout)
+           "policy": type(policy).__name__, "new_tokens": out.stats.new_tokens, "folder": autolade.hf.folder(),
+           "dropin_same": dropin.tolist() == out.sequences.tolist()}, sys.stdout)
 """
 
 
@@ -76,3 +79,6 @@ def test_wheel_ships_presets_and_profiles(tmp_path):
     assert got["source"] == "file:profiles/cpu-amd-epyc-2t-smollm2-135m-bf16-chat.json:nearest-hardware"
     assert got["settings_window"] == 6  # that shipped profile's W
     assert got["policy"] == "AdaptivePolicy" and got["new_tokens"] == 8
+    # the custom_generate/ folder ships too: model.generate(custom_generate=autolade.hf.folder()) runs from the wheel
+    assert Path(got["folder"]).resolve().is_relative_to(installed) and got["folder"].endswith("_shipped")
+    assert got["dropin_same"]
