@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -15,7 +15,10 @@ from .engine.sampling import make_verifier, reject_unsupported
 from .errors import ConfigError, InputError
 from .models import eos_ids
 from .policies import Policy, make_policy, needs_cost
+from .prompts import workload_tag
 from .settings import resolve_settings, stored_cost
+
+MEMORY_DEFAULT = False  # generate(memory=None): see BENCHMARKS.md "N-gram memory" for the measurements behind it
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,9 @@ class GenerateStats:
     settings: dict[str, Any]  # the LookaheadConfig used
     settings_source: str  # "explicit", "default", or the profile it came from
     policy: str
-    per_step: dict[str, list] = field(repr=False, default_factory=dict)  # window, guesses, packed, accepted, step_ms
+    per_step: dict[str, list] = field(repr=False, default_factory=dict)  # window, guesses, packed, accepted, source, step_ms
+    accepted_by: dict[str, int] = field(default_factory=dict)  # draft tokens accepted per source: lookup, memory, pool
+    memory: str = "off"  # the n-gram memory: "off", or what it held ("N answers (T tokens, workload)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,6 +92,7 @@ def generate(
     min_p: float | None = None,
     repetition_penalty: float | None = None,
     seed: int | None = None,
+    memory: bool | None = None,
     **unsupported: Any,
 ) -> GenerateResult:
     """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
@@ -102,6 +108,10 @@ def generate(
     model and ``workload``, else from built-in defaults. ``policy`` is a Policy object, a name
     ("static", "adaptive", "lookup"), a preset in ``policies/`` or a dict; it decides each step's
     W/G/draft length within the config and never changes the output.
+
+    ``memory=True``: earlier answers of this model and workload (the store's n-gram memory, see
+    ``autolade.memory``) are one more draft source, and this answer is remembered; ``False``: neither;
+    None: ``MEMORY_DEFAULT``. The output is the same either way.
     """
     reject_unsupported(unsupported)
     ids = _check_input(model, input_ids, max_new_tokens)
@@ -114,6 +124,7 @@ def generate(
     return run_engine(
         model, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses, config=config,
         policy=policy, workload=workload, tokenizer=tokenizer, eos=eos, stop=stop, on_tokens=on_tokens, verifier=verifier,
+        memory=memory,
     )  # fmt: skip
 
 
@@ -133,6 +144,7 @@ def run_engine(
     stop: Callable[[list[int]], bool] | None,
     on_tokens: Callable[[list[int]], None] | None,
     verifier: Any,
+    memory: bool | None = None,
 ) -> GenerateResult:
     """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
     resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
@@ -142,14 +154,36 @@ def run_engine(
         policy = profile_policy
     if policy is None or isinstance(policy, (str, dict)):
         policy = make_policy(policy, config, cost=stored_cost(model) if needs_cost(policy) else None)
+    answers, memory_note, remember = _open_memory(model, MEMORY_DEFAULT if memory is None else memory, workload)
     t0 = time.perf_counter()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
-        verifier=verifier,
+        verifier=verifier, memory=answers,
     )
     wall = time.perf_counter() - t0
+    if remember is not None:
+        memory_note += "" if (why := remember(new)) is None else f"; {why}"
     seq = torch.cat([ids, torch.tensor([new], dtype=ids.dtype, device=ids.device)], dim=1)
-    return GenerateResult(sequences=seq, stats=_stats(log, len(new), wall, config, source, policy))
+    stats = _stats(log, len(new), wall, config, source, policy)
+    return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note))
+
+
+def _open_memory(model: torch.nn.Module, enabled: bool, workload: str | None):
+    """(AnswerMemory or None, what res.stats.memory says, a callable that remembers the answer or None)."""
+    if not enabled:
+        return None, "off", None
+    from .memory import memory_bank
+    from .models import model_fingerprint
+    from .paths import user_dir
+    from .profile_format import model_key
+    from .store import DB_NAME
+
+    key = model_key(model_fingerprint(model))
+    tag = workload_tag(workload) if workload else "general"
+    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+    bank = memory_bank(str(user_dir() / DB_NAME))
+    answers, note = bank.memory(model_key=key, workload=tag, vocab_size=int(getattr(cfg, "vocab_size", 0) or 1 << 31))
+    return answers, note, lambda new: bank.remember(model_key=key, workload=tag, tokens=list(new))
 
 
 def _check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) -> torch.Tensor:
@@ -213,6 +247,14 @@ def _stop_fn(stop_token_ids, stop_strings, tokenizer) -> Callable[[list[int]], b
     return stop
 
 
+def _accepted_by(log: DecodeLog) -> dict[str, int]:
+    by: dict[str, int] = {}
+    for s in log.steps:
+        if s.accepted:
+            by[s.accepted_from] = by.get(s.accepted_from, 0) + s.accepted
+    return by
+
+
 def _stats(log: DecodeLog, n_new: int, wall: float, config: LookaheadConfig, source: str, policy) -> GenerateStats:
     steps = len(log.steps)
     forward = sum(s.forward_ms for s in log.steps)
@@ -233,12 +275,14 @@ def _stats(log: DecodeLog, n_new: int, wall: float, config: LookaheadConfig, sou
         stop_reason=log.stop_reason,
         settings=config.to_dict(),
         settings_source=source,
+        accepted_by=_accepted_by(log),
         policy=getattr(policy, "name", type(policy).__name__),
         per_step={
             "window": [s.window for s in log.steps],
             "guesses": [s.guesses for s in log.steps],
             "packed": [s.packed for s in log.steps],
             "accepted": [s.accepted for s in log.steps],
+            "source": [s.accepted_from for s in log.steps],
             "step_ms": [round(s.step_ms, 3) for s in log.steps],
         },
     )

@@ -120,6 +120,7 @@ def lookahead(
     policy: Policy | str | dict | None = None,
     workload: str | None = None,
     seed: int | None = None,
+    memory: bool | None = None,
     stop_strings: str | Sequence[str] | None = None,
     tokenizer: Any = None,
     lookahead_tokenizer: Any = None,
@@ -153,7 +154,8 @@ def lookahead(
             model, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs,
             streamer=streamer, prompt_put=prompt_put, stop_strings=stop_strings,
             tokenizer=tokenizer if tokenizer is not None else lookahead_tokenizer, seed=seed,
-            settings=dict(window=window, ngram=ngram, guesses=guesses, config=config, policy=policy, workload=workload),
+            settings=dict(window=window, ngram=ngram, guesses=guesses, config=config, policy=policy, workload=workload,
+                          memory=memory),
         )  # fmt: skip
     finally:
         if streamer is not None:

@@ -103,3 +103,26 @@ def test_no_settings_uses_default_and_says_so(llama):
 
 def test_package_exports():
     assert autolade.generate is generate and autolade.LookaheadConfig is LookaheadConfig
+
+
+def test_memory_remembers_answers_and_drafts_from_them_without_changing_the_output(llama):
+    """The second request for the same prompt finds the first answer in the store's memory: memory
+    drafts are accepted, fewer steps are taken, and the tokens are still greedy's."""
+    # prompt lookup on, but a prompt with no repeats: what lookup finds is only in the new tokens
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=8, prompt_lookup_drafts=1)
+    ids = torch.randperm(90, generator=torch.Generator().manual_seed(3))[:30].add(3).unsqueeze(0)
+    ref = hf_greedy(llama, ids, 60)
+    off = generate(llama, ids, max_new_tokens=60, config=cfg, memory=False)
+    first = generate(llama, ids, max_new_tokens=60, config=cfg, workload="code", memory=True)
+    second = generate(llama, ids, max_new_tokens=60, config=cfg, workload="humaneval", memory=True)
+    for res in (off, first, second):
+        assert res.sequences[0, ids.shape[1] :].tolist() == ref
+    assert off.stats.memory == "off" and "memory" not in off.stats.accepted_by
+    assert first.stats.memory.startswith("0 answers")
+    assert second.stats.memory.startswith("1 answers") and "code" in second.stats.memory
+    assert second.stats.accepted_by.get("memory", 0) > 0
+    assert second.stats.steps < first.stats.steps
+    assert "memory" in second.stats.per_step["source"]
+    # another workload is another memory
+    chat = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True)
+    assert chat.stats.memory.startswith("0 answers")
