@@ -474,7 +474,8 @@ def measure_row(model: Any, prompts: Sequence[Any], setting: Setting, *, max_new
     for ids in prompts:
         ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, dtype=torch.long)
         ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
-        res = generate(model, ids, max_new_tokens=max_new_tokens, config=setting.config, policy=setting.policy)
+        res = generate(model, ids, max_new_tokens=max_new_tokens, config=setting.config, policy=setting.policy,
+                       memory=False)  # counts of the setting alone
         runs.append((ids.shape[1], res.stats))
     return row_from_runs(setting, runs)
 

@@ -18,7 +18,7 @@ from .policies import Policy, make_policy, needs_cost
 from .prompts import workload_tag
 from .settings import resolve_settings, stored_cost
 
-MEMORY_DEFAULT = False  # generate(memory=None): see BENCHMARKS.md "N-gram memory" for the measurements behind it
+MEMORY_DEFAULT: bool | str = True  # generate(memory=None): see BENCHMARKS.md "N-gram memory" for the measurements behind it
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def generate(
     min_p: float | None = None,
     repetition_penalty: float | None = None,
     seed: int | None = None,
-    memory: bool | None = None,
+    memory: bool | str | None = None,
     **unsupported: Any,
 ) -> GenerateResult:
     """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
@@ -110,8 +110,9 @@ def generate(
     W/G/draft length within the config and never changes the output.
 
     ``memory=True``: earlier answers of this model and workload (the store's n-gram memory, see
-    ``autolade.memory``) are one more draft source, and this answer is remembered; ``False``: neither;
-    None: ``MEMORY_DEFAULT``. The output is the same either way.
+    ``autolade.memory``) are one more draft source, and this answer is remembered; ``"read"``: drafts
+    from the memory, remembers nothing; ``False``: neither; None: ``MEMORY_DEFAULT``. The output is
+    the same either way.
     """
     reject_unsupported(unsupported)
     ids = _check_input(model, input_ids, max_new_tokens)
@@ -144,7 +145,7 @@ def run_engine(
     stop: Callable[[list[int]], bool] | None,
     on_tokens: Callable[[list[int]], None] | None,
     verifier: Any,
-    memory: bool | None = None,
+    memory: bool | str | None = None,
 ) -> GenerateResult:
     """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
     resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
@@ -168,9 +169,11 @@ def run_engine(
     return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note))
 
 
-def _open_memory(model: torch.nn.Module, enabled: bool, workload: str | None):
+def _open_memory(model: torch.nn.Module, mode: bool | str, workload: str | None):
     """(AnswerMemory or None, what res.stats.memory says, a callable that remembers the answer or None)."""
-    if not enabled:
+    if mode not in (True, False, "read"):
+        raise ConfigError(f"memory must be True, False, 'read' or None (the default), got {mode!r}")
+    if mode is False:
         return None, "off", None
     from .memory import memory_bank
     from .models import model_fingerprint
@@ -183,6 +186,8 @@ def _open_memory(model: torch.nn.Module, enabled: bool, workload: str | None):
     cfg = getattr(model.config, "get_text_config", lambda: model.config)()
     bank = memory_bank(str(user_dir() / DB_NAME))
     answers, note = bank.memory(model_key=key, workload=tag, vocab_size=int(getattr(cfg, "vocab_size", 0) or 1 << 31))
+    if mode == "read":
+        return answers, note + ", read only", None
     return answers, note, lambda new: bank.remember(model_key=key, workload=tag, tokens=list(new))
 
 

@@ -59,9 +59,10 @@ class TextStream:
 @click.option("--min-p", type=float, default=None, help="with --sample: min-p (default: the model's, else off)")
 @click.option("--repetition-penalty", type=float, default=None, help="repetition penalty, greedy or sampled (1.0 = off)")
 @click.option("--seed", type=int, default=None, help="with --sample: RNG seed for a reproducible run")
+@click.option("--memory/--no-memory", default=None, help="draft from (and remember in) the n-gram memory of earlier answers (default: on)")
 @clean_errors
 def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workload, policy, plot_path, raw, stats,
-             trust_remote_code, do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed):
+             trust_remote_code, do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed, memory):
     """Generate a completion for PROMPT with exact lookahead decoding."""
     from . import api
     from .prompts import encode_prompt
@@ -76,7 +77,7 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
         mdl, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses,
         workload=workload, policy=policy, tokenizer=tok, on_tokens=stream,
         do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        repetition_penalty=repetition_penalty, seed=seed,
+        repetition_penalty=repetition_penalty, seed=seed, memory=memory,
     )
     stream.close()
     if stats:

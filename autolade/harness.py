@@ -165,6 +165,7 @@ def run_autolade(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: i
     starts by the caller (a fresh one per run). ``eos`` None: the model's own."""
     from .api import generate
 
+    generate_kwargs.setdefault("memory", False)  # a measurement is of the setting alone unless memory is asked for
     res, secs = timer(ids.device, lambda: generate(model, ids, max_new_tokens=max_new_tokens, config=config,
                                                    policy=policy, eos_token_id=eos, **generate_kwargs))
     return Timed(res.sequences[0, ids.shape[1] :].tolist(), secs, res.stats)

@@ -41,7 +41,7 @@ def run_dropin(model, ids, *, max_new_tokens: int, config, policy) -> Timed:
     kwargs = hf_kwargs(model, ids, max_new_tokens=max_new_tokens)
     stats = []
     out, secs = TIMER(ids.device, lambda: model.generate(ids, **kwargs, custom_generate=autolade.hf.lookahead, config=config,
-                                                         policy=policy, lookahead_on_stats=stats.append))  # fmt: skip
+                                                         policy=policy, memory=False, lookahead_on_stats=stats.append))  # fmt: skip
     return Timed(out[0, ids.shape[1] :].tolist(), secs, stats[0])
 
 

@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="10,30,all", help="tuning-split answers in the memory")
     ap.add_argument("--scale-to", type=int, default=1000, help="answers in the memory for the query-time check")
     ap.add_argument("--config", default="{}", help='MemoryConfig fields as JSON, e.g. \'{"min_support": 3}\'')
+    ap.add_argument("--curve-from", default=None, help="price steps with this profile JSON's step curve (a shipped, quiet one)")
     ap.add_argument("-o", "--output", default=None, help="also write the report here (markdown)")
     args = ap.parse_args(argv)
 
@@ -66,8 +67,13 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from draft_bound import stored_curve
 
-    model, _ = api.load(args.model, dtype=args.dtype)
-    curve = stored_curve(model)
+    if args.curve_from:
+        from autolade.store import read_profile_file
+
+        curve = read_profile_file(args.curve_from).curve
+    else:
+        model, _ = api.load(args.model, dtype=args.dtype)
+        curve = stored_curve(model)
     config = MemoryConfig(**json.loads(args.config))
     data: dict[str, list[dict]] = {}
     for f in args.traces:
