@@ -11,7 +11,7 @@ import torch
 
 from .config import LookaheadConfig
 from .engine.decode import DecodeLog, lookahead_decode
-from .engine.sampling import make_verifier, reject_unsupported
+from .engine.sampling import SamplingVerifier, make_verifier, reject_unsupported
 from .errors import ConfigError, InputError
 from .models import eos_ids
 from .policies import Policy, make_policy, needs_cost
@@ -111,8 +111,9 @@ def generate(
 
     ``memory=True``: earlier answers of this model and workload (the store's n-gram memory, see
     ``autolade.memory``) are one more draft source, and this answer is remembered; ``"read"``: drafts
-    from the memory, remembers nothing; ``False``: neither; None: ``MEMORY_DEFAULT``. The output is
-    the same either way.
+    from the memory, remembers nothing; ``False``: neither; None: ``MEMORY_DEFAULT`` when greedy, off
+    when sampling (a sample's random draws follow the drafts, so a seed would not repeat a sample once
+    the memory grew). Greedy output is the same either way; sampled output keeps its distribution.
     """
     reject_unsupported(unsupported)
     ids = _check_input(model, input_ids, max_new_tokens)
@@ -155,7 +156,9 @@ def run_engine(
         policy = profile_policy
     if policy is None or isinstance(policy, (str, dict)):
         policy = make_policy(policy, config, cost=stored_cost(model) if needs_cost(policy) else None)
-    answers, memory_note, remember = _open_memory(model, MEMORY_DEFAULT if memory is None else memory, workload)
+    if memory is None:  # sampled: off, so that a seed gives the same sample whatever the memory holds
+        memory = False if isinstance(verifier, SamplingVerifier) else MEMORY_DEFAULT
+    answers, memory_note, remember = _open_memory(model, memory, workload)
     t0 = time.perf_counter()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
