@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 
 import click
@@ -30,6 +31,20 @@ def clean_errors(fn):
 @click.version_option(package_name="autolade")
 def cli() -> None:
     """Exact lookahead decoding for Hugging Face causal LMs, tuned to this machine."""
+    _echo_model_notes()
+
+
+class _EchoHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(self.format(record), err=True)
+
+
+def _echo_model_notes() -> None:
+    """Model downloads and conversions say on stderr what they need (disk, time) before they start."""
+    log = logging.getLogger("autolade.models")
+    if not any(isinstance(h, _EchoHandler) for h in log.handlers):
+        log.addHandler(_EchoHandler())
+        log.setLevel(logging.INFO)
 
 
 # --- generate / bench (engine) -------------------------------------------------------------
