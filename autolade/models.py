@@ -253,10 +253,11 @@ def _hub_model(hub: HubModel) -> str:
     _check_disk(cache, needed=hub.download_gb * GB, what=f"downloading {hub.repo_id}", env_hint="HF_HOME")
     logger.info("downloading %s into %s (about %g GB)", hub.repo_id, cache, hub.download_gb)
     from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
 
     try:
         snapshot_download(hub.repo_id, cache_dir=str(cache), allow_patterns=list(HUB_PATTERNS))
-    except Exception as exc:  # network, auth and hub errors all end the same way
+    except (OSError, ValueError, HfHubHTTPError) as exc:  # unreachable, gated, interrupted
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ModelNotFoundError(f"{where}, and downloading it failed ({reason}); {fetch}{hub.gate_hint}") from None
     return hub.repo_id

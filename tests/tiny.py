@@ -113,3 +113,25 @@ def hf_greedy(model, ids: torch.Tensor, n: int) -> list[int]:
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
     )
     return out[0, ids.shape[1] :].tolist()
+
+
+def word_tokenizer(vocab: int = 96):
+    """A word-level tokenizer over ``w2 .. w{vocab-1}`` (0 unknown, 1 EOS): real text in, tiny-model ids out."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"[UNK]": 0, "[EOS]": 1} | {f"w{i}": i for i in range(2, vocab)}
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="[EOS]")
+
+
+def hub_snapshot_dir(hub_cache, repo_id: str, revision: str = "0" * 40):
+    """Where the Hugging Face hub cache keeps ``repo_id``'s snapshot (``models--org--name/snapshots/<rev>``),
+    with ``refs/main`` pointing at it: save a model there and it reads as downloaded."""
+    from pathlib import Path
+
+    repo = Path(hub_cache) / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return repo / "snapshots" / revision
