@@ -357,7 +357,7 @@ def _convert(
     if needed is not None:
         _check_disk(parent, needed=needed, what=f"converting {name} to {dtype}", env_hint="AUTOLADE_HOME")
         logger.info("converting %s once to %s into %s: needs about %.1f GB of disk (%.1f GB free), "
-                    "about a minute per 500M parameters", name, dtype, final, needed / GB, shutil.disk_usage(parent).free / GB)
+                    "a few minutes per billion parameters", name, dtype, final, needed / GB, shutil.disk_usage(parent).free / GB)
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{slug}-{os.getpid()}-", dir=parent))
     try:
         gguf = spec.locate(work) if spec is not None else path
