@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from .cli_errors import clean_errors
@@ -12,6 +14,20 @@ from .cli_memory import memory_group
 @click.version_option(package_name="autolade")
 def cli() -> None:
     """Exact lookahead decoding for Hugging Face causal LMs, tuned to this machine."""
+    _echo_model_notes()
+
+
+class _EchoHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(self.format(record), err=True)
+
+
+def _echo_model_notes() -> None:
+    """Model downloads and conversions say on stderr what they need (disk, time) before they start."""
+    log = logging.getLogger("autolade.models")
+    if not any(isinstance(h, _EchoHandler) for h in log.handlers):
+        log.addHandler(_EchoHandler())
+        log.setLevel(logging.INFO)
 
 
 # --- generate / bench (engine) -------------------------------------------------------------
@@ -40,7 +56,7 @@ class TextStream:
 
 @cli.command()
 @click.argument("prompt")
-@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, hub alias, HF dir, cached hub id or .gguf")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--max-new-tokens", "-n", type=int, default=256, show_default=True)
 @click.option("--window", "-W", type=int, default=None, help="lookahead window W (0 = no Jacobi window)")
@@ -88,7 +104,7 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
         click.echo(f"per-step plot: {plot_steps(res.stats, plot_path)}", err=True)
 
 @cli.command("bench")
-@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, hub alias, HF dir, cached hub id or .gguf")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="bfloat16", show_default=True)
 @click.option("--sets", default="chat,code", show_default=True, help="comma-separated: chat, code, copy, or workload files")
 @click.option("--copy", "add_copy", is_flag=True, help="add the copy-heavy set (HumanEval code to repeat / fix and reprint)")
@@ -130,7 +146,7 @@ _BOUND_EXAMPLES = ((2, 3, 2), (4, 4, 4), (7, 4, 7), (15, 5, 15))  # W/N/G rows s
 
 
 @cli.command("profile")
-@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, hub alias, HF dir, cached hub id or .gguf")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write the step-latency curve as a PNG")
 @click.option("--quick", is_flag=True, help="fewer k values, one context, shorter benchmarks (a rough picture)")
@@ -436,7 +452,7 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
 
 
 @cli.command("accept")
-@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, HF dir, cached hub id or .gguf")
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, hub alias, HF dir, cached hub id or .gguf")
 @click.option("--workload", "-w", default="chat", show_default=True, help="chat, code, or a .jsonl/.txt file of prompts")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts measured per setting")

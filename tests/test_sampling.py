@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny import ARCHS
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     MinPLogitsWarper,
@@ -47,14 +47,10 @@ V = 64
 # --- the tiny model ---------------------------------------------------------------------------
 
 
-def peaky_llama(alpha: float = 0.7, seed: int = 0) -> LlamaForCausalLM:
-    """Random tiny Llama whose lm head follows cycles of 8 tokens: p(top) ~ 0.65, context-dependent."""
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, eos_token_id=None, bos_token_id=None, pad_token_id=None,
-    )  # fmt: skip
-    model = LlamaForCausalLM(cfg).eval()
+def peaky(arch: str = "llama", alpha: float = 0.7, seed: int = 0):
+    """Random tiny model (``tests/tiny.py``'s ``arch``) whose lm head follows cycles of 8 tokens:
+    p(top) ~ 0.65, context-dependent."""
+    model = ARCHS[arch](seed=seed, vocab=V)
     order = torch.randperm(V, generator=torch.Generator().manual_seed(1)).view(-1, 8)
     nxt = torch.empty(V, dtype=torch.long)
     for cycle in order:
@@ -68,6 +64,13 @@ def peaky_llama(alpha: float = 0.7, seed: int = 0) -> LlamaForCausalLM:
     return model
 
 
+def own_sample(model) -> torch.Tensor:
+    """One of the model's own samples: its n-grams are what the model tends to say next."""
+    start = torch.tensor([[5, 17, 33, 9, 40, 2, 61, 12]])
+    torch.manual_seed(3)
+    return model.generate(start, attention_mask=torch.ones_like(start), do_sample=True, top_k=0, max_new_tokens=100)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """A tiny model: extra torch threads only contend (10x slower on a busy 2-core machine)."""
@@ -79,15 +82,27 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def model():
-    return peaky_llama()
+    return peaky("llama")
 
 
 @pytest.fixture(scope="module")
 def prompt(model):
-    """One of the model's own samples: its n-grams are what the model tends to say next."""
-    start = torch.tensor([[5, 17, 33, 9, 40, 2, 61, 12]])
-    torch.manual_seed(3)
-    return model.generate(start, attention_mask=torch.ones_like(start), do_sample=True, top_k=0, max_new_tokens=100)
+    return own_sample(model)
+
+
+@pytest.fixture(scope="module")
+def peaky_pair(model, prompt):
+    """``arch -> (model, prompt)``, each built once: the llama one is ``model``/``prompt``."""
+    built = {"llama": (model, prompt)}
+
+    def get(arch: str):
+        if arch not in built:
+            # seed 1: drafts accepted in ~45% of steps; the seed-0 Qwen2 gets only ~27% under WARPED
+            other = peaky(arch, seed=1)
+            built[arch] = (other, own_sample(other))
+        return built[arch]
+
+    return get
 
 
 def hf_processors(temperature=1.0, top_k=0, top_p=1.0, min_p=None, repetition_penalty=1.0) -> LogitsProcessorList:
@@ -217,11 +232,13 @@ SETTINGS = [
 
 
 @pytest.mark.parametrize("name,config,warps", SETTINGS, ids=[s[0] for s in SETTINGS])
-def test_distribution_matches_plain_sampling(model, prompt, name, config, warps):
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_distribution_matches_plain_sampling(peaky_pair, arch, name, config, warps):
+    model, prompt = peaky_pair(arch)
     exact = exact_joint(model, prompt, K, tau=1.0 / S, warps=warps)
     samples, hit_fraction, multi = run_many(model, prompt, config, CountingVerifier, warps)
     p, df = chi_square_p(samples, exact)
-    print(f"{name}: chi-square p={p:.4f} df={df}, steps with accepted drafts {hit_fraction:.2f}, multi-draft nodes {multi}")
+    print(f"{arch} {name}: chi-square p={p:.4f} df={df}, steps with accepted drafts {hit_fraction:.2f}, multi-draft nodes {multi}")
     assert hit_fraction >= 0.3, "drafts must be accepted often, else the test proves little"
     assert multi >= 200, "nodes with several drafts must occur (the multi-candidate rule is under test)"
     assert p > ALPHA, f"{name}: lookahead sampling deviates from plain sampling (chi-square p={p:.2e}, df={df})"

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import torch
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 
 def tiny_llama(
@@ -27,6 +34,40 @@ def tiny_llama(
         }
     )
     return LlamaForCausalLM(cfg).to(dtype).eval()
+
+
+def tiny_qwen2(
+    *, seed: int = 0, vocab: int = 96, dtype: torch.dtype = torch.float32, max_positions: int = 512, **config
+) -> Qwen2ForCausalLM:
+    """A 2-layer random Qwen2 (Qwen2.5's architecture: biased q/k/v projections, untied head by default).
+    transformers initialises the biases to zero; here q and k get random ones, so the query bias shapes every
+    attention score (v keeps zero: a random v bias drives this tiny model into repeating one token)."""
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        **{
+            "vocab_size": vocab,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": max_positions,
+            "tie_word_embeddings": False,
+            "eos_token_id": None,
+            "bos_token_id": None,
+            "pad_token_id": None,
+            **config,
+        }
+    )
+    model = Qwen2ForCausalLM(cfg)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.bias.normal_(0.0, 1.0)
+            layer.self_attn.k_proj.bias.normal_(0.0, 1.0)
+    return model.to(dtype).eval()
+
+
+ARCHS = {"llama": tiny_llama, "qwen2": tiny_qwen2}  # the dense architectures every engine path is tested on
 
 
 def tiny_llama_dir(directory, tokenizer=None, **kwargs) -> LlamaForCausalLM:
@@ -72,3 +113,25 @@ def hf_greedy(model, ids: torch.Tensor, n: int) -> list[int]:
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0
     )
     return out[0, ids.shape[1] :].tolist()
+
+
+def word_tokenizer(vocab: int = 96):
+    """A word-level tokenizer over ``w2 .. w{vocab-1}`` (0 unknown, 1 EOS): real text in, tiny-model ids out."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"[UNK]": 0, "[EOS]": 1} | {f"w{i}": i for i in range(2, vocab)}
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="[EOS]")
+
+
+def hub_snapshot_dir(hub_cache, repo_id: str, revision: str = "0" * 40):
+    """Where the Hugging Face hub cache keeps ``repo_id``'s snapshot (``models--org--name/snapshots/<rev>``),
+    with ``refs/main`` pointing at it: save a model there and it reads as downloaded."""
+    from pathlib import Path
+
+    repo = Path(hub_cache) / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(revision)
+    return repo / "snapshots" / revision

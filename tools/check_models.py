@@ -1,4 +1,5 @@
-"""Manual check: every registry model loads, matches its GGUF, and greedy-decodes sane text.
+"""Manual check: every installed registry model loads, matches its GGUF, and greedy-decodes sane text
+(the Qwen ones, opt-in, are skipped unless `bash tools/setup.sh --qwen` installed them).
 
     python3 tools/check_models.py            # uses the real user dir (converts once)
     AUTOLADE_HOME=$(mktemp -d) python3 tools/check_models.py   # measures a first load too
@@ -16,11 +17,16 @@ from autolade.prompts import encode_prompt
 PROMPTS = {
     "smollm2-135m": ("What is the capital of France?", "chat"),
     "gemma3-270m": ("The capital of France is", "code"),  # base model: raw completion
+    "qwen2.5-coder-0.5b": ("Write a Python function that reverses a string.", "chat"),
+    "qwen2.5-coder-1.5b": ("Write a Python function that reverses a string.", "chat"),
 }
 
 
 def main() -> None:
-    for name in MODELS:
+    for name, spec in MODELS.items():
+        if spec.setup_flag and spec.installed_version() is None:
+            print(f"{name}: not installed (`{spec.setup}`), skipped")
+            continue
         for attempt in ("first", "second"):
             start = time.perf_counter()
             model, tok = load(name)
