@@ -178,16 +178,14 @@ def _open_memory(model: torch.nn.Module, mode: bool | str, workload: str | None)
         raise ConfigError(f"memory must be True, False, 'read' or None (the default), got {mode!r}")
     if mode is False:
         return None, "off", None
-    from .memory import memory_bank
+    from .memory import memory_bank, memory_path
     from .models import model_fingerprint
-    from .paths import user_dir
     from .profile_format import model_key
-    from .store import DB_NAME
 
     key = model_key(model_fingerprint(model))
     tag = workload_tag(workload) if workload else "general"
     cfg = getattr(model.config, "get_text_config", lambda: model.config)()
-    bank = memory_bank(str(user_dir() / DB_NAME))
+    bank = memory_bank(str(memory_path()))
     answers, note = bank.memory(model_key=key, workload=tag, vocab_size=int(getattr(cfg, "vocab_size", 0) or 1 << 31))
     if mode == "read":
         return answers, note + ", read only", None

@@ -11,17 +11,16 @@ from .cli_errors import clean_errors
 def memory_group() -> None:
     """Earlier answers kept as a draft source (token ids of the model's outputs, per model and workload).
 
-    They live in the profile store, $AUTOLADE_HOME/autolade.db (default ~/.autolade); `clear` deletes them."""
+    They live in $AUTOLADE_HOME/memory.db (default ~/.cache/autolade), beside the profile store; `clear` deletes them."""
 
 
 @memory_group.command("list")
 @clean_errors
 def memory_list():
     """Where the memory lives and what it holds, per model and workload."""
-    from .memory import summary
-    from .store import ProfileStore
+    from .memory import open_memory_store, summary
 
-    with ProfileStore() as store:
+    with open_memory_store() as store:
         rows = summary(store)
         click.echo(f"memory in {store.path} (token ids of earlier answers; `autolade memory clear` deletes them)")
     if not rows:
@@ -40,12 +39,11 @@ def memory_list():
 @clean_errors
 def memory_clear(model, workload, yes):
     """Delete remembered answers (all of them, or one model's / workload's)."""
-    from .memory import clear, matching_keys
+    from .memory import clear, matching_keys, open_memory_store
     from .prompts import workload_tag
-    from .store import ProfileStore
 
     tag = workload_tag(workload) if workload else None
-    with ProfileStore() as store:
+    with open_memory_store() as store:
         keys = matching_keys(store, model) if model else [None]
         what = f"{'all models' if model is None else ', '.join(keys) or model}, {tag or 'all workloads'}"
         if model and not keys:
@@ -65,11 +63,10 @@ def memory_clear(model, workload, yes):
 def memory_export(model, workload, output):
     """Write one model's memory of one workload as autolade-memory JSON."""
     from .errors import ProfileError
-    from .memory import export_memory, matching_keys
+    from .memory import export_memory, matching_keys, open_memory_store
     from .prompts import workload_tag
-    from .store import ProfileStore
 
-    with ProfileStore() as store:
+    with open_memory_store() as store:
         keys = matching_keys(store, model)
         if len(keys) != 1:
             raise ProfileError(f"model {model!r} names {len(keys)} remembered models ({', '.join(keys) or 'none'}); "
@@ -83,10 +80,9 @@ def memory_export(model, workload, output):
 @clean_errors
 def memory_import(files):
     """Add autolade-memory JSON files to this machine's memory (each file all or nothing)."""
-    from .memory import import_memory
-    from .store import ProfileStore
+    from .memory import import_memory, open_memory_store
 
-    with ProfileStore() as store:
+    with open_memory_store() as store:
         for f in files:
             n = import_memory(f, store)
             click.echo(f"imported {n} answers from {f}")

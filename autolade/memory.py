@@ -1,7 +1,8 @@
-"""Where the n-gram memory lives: earlier answers per (model, workload), in the profile store.
+"""Where the n-gram memory lives: earlier answers per (model, workload), in an SQLite file beside the store.
 
-The memory holds the model's own outputs, token ids only, in the ``memory`` table of the store
-(``$AUTOLADE_HOME/autolade.db``), one row per answer: inserts never overwrite, so two processes
+The memory holds the model's own outputs, token ids only, in the ``memory`` table of
+``$AUTOLADE_HOME/memory.db`` (a file of the store's schema, apart from ``autolade.db`` so that
+remembering an answer never touches the profiles), one row per answer: inserts never overwrite, so two processes
 adding answers at once lose nothing, and each process picks up the other's rows (by id) the
 next time it reads. ``autolade memory clear`` deletes them; ``export``/``import`` move them as
 validated JSON (``autolade-memory`` v1), never pickles. A memory that cannot be read (locked or
@@ -23,6 +24,7 @@ from .profile_format import autolade_version, now_iso
 
 FORMAT = "autolade-memory"
 VERSION = 1
+MEMORY_DB = "memory.db"  # in user_dir(), beside the profile store
 KEEP_ANSWERS = 5000  # answers kept on disk per (model, workload); the oldest go first
 MAX_ANSWER_TOKENS = 100_000  # one answer longer than this is not an answer: refused on import
 
@@ -40,15 +42,13 @@ class MemoryBank:
 
     def __init__(self, path: str | Path | None = None, *, config: MemoryConfig | None = None,
                  keep: int = KEEP_ANSWERS) -> None:
-        self.path = path  # None: the user store
+        self.path = path  # None: user_dir() / MEMORY_DB
         self.config = config or MemoryConfig()  # how drafts are matched and sized
         self.keep = keep  # answers kept on disk per key
         self._loaded: dict[tuple[str, str], _Loaded] = {}
 
     def _store(self):
-        from .store import ProfileStore
-
-        return ProfileStore(self.path)
+        return open_memory_store(self.path)
 
     def memory(self, *, model_key: str, workload: str, vocab_size: int) -> tuple[AnswerMemory | None, str]:
         """(memory or None, what happened) for this model and workload, with every stored answer."""
@@ -91,9 +91,22 @@ class MemoryBank:
         return None
 
 
+def memory_path() -> Path:
+    from .paths import user_dir
+
+    return user_dir() / MEMORY_DB
+
+
+def open_memory_store(path: str | Path | None = None):
+    """The memory's SQLite file (a ``ProfileStore`` of its own; None: ``memory_path()``)."""
+    from .store import ProfileStore
+
+    return ProfileStore(memory_path() if path is None else path)
+
+
 @functools.cache
-def memory_bank(path: str | None = None) -> MemoryBank:
-    """The process's bank for the store at ``path`` (None: the user store); generate() uses it."""
+def memory_bank(path: str) -> MemoryBank:
+    """The process's bank for the memory file at ``path``; generate() uses it."""
     return MemoryBank(path)
 
 

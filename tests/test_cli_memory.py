@@ -7,14 +7,13 @@ import json
 from click.testing import CliRunner
 
 from autolade.cli import cli
-from autolade.memory import add_answers, summary
-from autolade.store import ProfileStore
+from autolade.memory import add_answers, open_memory_store, summary
 
 KEY = "tiny-llama:abc123"
 
 
 def _seed() -> None:
-    with ProfileStore() as store:
+    with open_memory_store() as store:
         add_answers(store, model_key=KEY, workload="code", answers=[[1, 2, 3], [4, 5]], source="t")
         add_answers(store, model_key=KEY, workload="chat", answers=[[6]], source="t")
 
@@ -22,7 +21,7 @@ def _seed() -> None:
 def test_list_says_where_the_memory_lives_and_what_it_holds():
     runner = CliRunner()
     empty = runner.invoke(cli, ["memory", "list"])
-    assert empty.exit_code == 0 and "autolade.db" in empty.output and "nothing remembered" in empty.output
+    assert empty.exit_code == 0 and "memory.db" in empty.output and "nothing remembered" in empty.output
     _seed()
     out = runner.invoke(cli, ["memory", "list"]).output
     assert "tiny-llama:abc123" in out and "code" in out and "chat" in out
@@ -37,11 +36,11 @@ def test_export_then_clear_then_import_restores_it(tmp_path):
     assert json.loads(f.read_text())["answers"] == [[1, 2, 3], [4, 5]]
     res = runner.invoke(cli, ["memory", "clear", "--workload", "code", "--yes"])
     assert res.exit_code == 0 and "deleted 2" in res.output
-    with ProfileStore() as store:
+    with open_memory_store() as store:
         assert [r["workload"] for r in summary(store)] == ["chat"]
     res = runner.invoke(cli, ["memory", "import", str(f)])
     assert res.exit_code == 0 and "imported 2" in res.output
-    with ProfileStore() as store:
+    with open_memory_store() as store:
         assert {r["workload"]: r["answers"] for r in summary(store)} == {"chat": 1, "code": 2}
 
 
@@ -49,7 +48,7 @@ def test_clear_asks_first_and_keeps_everything_on_no():
     _seed()
     res = CliRunner().invoke(cli, ["memory", "clear"], input="n\n")
     assert res.exit_code != 0
-    with ProfileStore() as store:
+    with open_memory_store() as store:
         assert sum(r["answers"] for r in summary(store)) == 3
 
 
