@@ -669,3 +669,9 @@ def compact_grid() -> tuple[Setting, ...]:
     missing = [s.label for s in keep if s.label not in labels]
     assert not missing, missing  # every compact setting is one of the full grid's
     return tuple(keep)
+
+
+def lookup_grid() -> tuple[Setting, ...]:
+    """Greedy and the static prompt-lookup settings of ``default_grid()``: what replay alone can count
+    (``autolade accept --grid lookup --replay-prompts M``: one greedy run per prompt, no engine run)."""
+    return tuple(s for s in default_grid() if replayable(s))

@@ -457,8 +457,8 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
 @click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts measured per setting")
 @click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
-@click.option("--grid", type=click.Choice(["full", "compact"]), default="full", show_default=True,
-              help="candidate settings: full (34) or compact (13)")
+@click.option("--grid", type=click.Choice(["full", "compact", "lookup"]), default="full", show_default=True,
+              help="candidate settings: full (34), compact (13) or lookup (greedy and static prompt lookup: replay alone counts them)")
 @click.option("--replay-prompts", type=int, default=0, show_default=True, metavar="M",
               help="also count the prompt-lookup settings on M prompts by replaying one greedy run each (cheap)")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="also write the table as shareable JSON")
@@ -468,6 +468,7 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
 
     Saved to the store after every setting, so an interrupted run keeps what it measured."""
     import platform
+    from dataclasses import replace
     from pathlib import Path
 
     from . import api
@@ -475,9 +476,12 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
         add_replayed_rows,
         compact_grid,
         default_grid,
+        empty_table,
+        lookup_grid,
         measure_acceptance,
         model_tokenizer_fingerprint,
         read_acceptance_file,
+        replayable,
         write_acceptance_file,
     )
     from .models import model_fingerprint
@@ -494,8 +498,12 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
     tuning = split_workload(load_workload(workload), holdout_fraction=HOLDOUT_FRACTION)[0]
     ids = [encode_prompt(tok, p.text, kind=p.kind) for p in tuning[:n_prompts]]
     tag = workload_tag(workload)
-    grid = compact_grid() if grid == "compact" else default_grid()
-    click.echo(f"measuring {len(grid)} settings on {len(ids)} {tag} prompts x {max_new_tokens} tokens...", err=True)
+    grid = {"compact": compact_grid, "lookup": lookup_grid}.get(grid, default_grid)()
+    # with --replay-prompts M >= --prompts, replay counts the static prompt-lookup settings: the engine runs the rest
+    engine_grid = [g for g in grid if not (replay_prompts >= n_prompts and replayable(g))]
+    click.echo(f"measuring {len(engine_grid)} settings on {len(ids)} {tag} prompts x {max_new_tokens} tokens"
+               f"{f', {len(grid) - len(engine_grid)} by replay on {replay_prompts}' if len(engine_grid) < len(grid) else ''}...",
+               err=True)
     with ProfileStore() as store:
         # an interrupted run resumes: the -o file if it exists (a corrupt one stops here, untouched), else the store
         resume = read_acceptance_file(output) if output and Path(output).exists() else store.find_acceptance(
@@ -508,13 +516,16 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
                 write_acceptance_file(table, output)
 
         table = measure_acceptance(
-            mdl, ids, grid, max_new_tokens=max_new_tokens, workload=tag, tokenizer=tok,
+            mdl, ids, engine_grid, max_new_tokens=max_new_tokens, workload=tag, tokenizer=tok,
             prompt_set=f"{tag} tuning split[:{len(ids)}]", measured_on=platform.node(),
             progress=lambda m: click.echo(m, err=True), on_row=save, resume_from=resume,
-        )  # fmt: skip
+        ) if engine_grid else (resume if resume is not None and resume.max_new_tokens == max_new_tokens else empty_table(
+            mdl, tok, workload=tag, max_new_tokens=max_new_tokens, prompts=replay_prompts,
+            prompt_set=f"{tag} tuning split[:{replay_prompts}]", measured_on=platform.node()))  # fmt: skip
         if replay_prompts:
             click.echo(f"replaying the prompt-lookup settings over {replay_prompts} greedy outputs...", err=True)
             more = [encode_prompt(tok, p.text, kind=p.kind) for p in tuning[:replay_prompts]]
+            table = replace(table, prompt_set=f"{table.prompt_set}; prompt lookup replayed on {tag} tuning split[:{len(more)}]")
             table = add_replayed_rows(table, mdl, more, grid, progress=lambda m: click.echo(m, err=True))
             save(table)
         click.echo(f"saved acceptance table ({len(table.rows)} settings, {table.model_fingerprint} {table.dtype} "

@@ -22,6 +22,7 @@ from autolade.acceptance import (
     default_grid,
     empty_table,
     import_acceptance,
+    lookup_grid,
     measure_acceptance,
     measure_row,
     read_acceptance_file,
@@ -393,3 +394,22 @@ def test_merge_keeps_every_setting_and_the_row_on_more_prompts():
     assert merged.row(LOOKUP4.label).tokens == 150 and merged.prompts == 10
     with pytest.raises(ProfileError, match="same model"):
         few.merged(table(workload="code"))
+
+
+def test_cli_accept_lookup_grid_counts_by_replay_alone(tmp_path):
+    """`--grid lookup --replay-prompts M`: no engine run, every row replayed on M prompts, saved and written."""
+    from tests.tiny import tiny_llama_dir, word_tokenizer
+
+    model_dir = tmp_path / "tiny"
+    tiny_llama_dir(model_dir, tokenizer=word_tokenizer())
+    motif = " ".join(f"w{i}" for i in range(10, 18))
+    prompts = tmp_path / "mine.txt"
+    prompts.write_text("\n\n".join(f"w{3 + k} {motif} w{40 + k} {motif}" for k in range(12)) + "\n")
+    out = tmp_path / "table.json"
+    res = CliRunner().invoke(cli, ["accept", "--model", str(model_dir), "--workload", str(prompts), "--prompts", "1",
+                                   "--grid", "lookup", "--replay-prompts", "4", "-n", "16", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "measuring 0 settings" in res.output and "by replay on 4" in res.output
+    table = read_acceptance_file(out)
+    assert table.workload == "mine" and table.prompts == 4 and len(table.rows) == len(lookup_grid())
+    assert all(r.counted_by == "replay" and r.prompts == 4 for r in table.rows)
