@@ -127,6 +127,9 @@ class AcceptanceRow:
     context_max: int  # ... largest
     prompts: int | None = None  # prompts this row was counted on; None = the table's ``prompts``
     counted_by: str = "engine"  # "engine" (autolade's decoder) or "replay" (greedy outputs replayed, lookup-only rows)
+    # tokens/step factor from this row's prompts to the table's: how much more (or less) the replayed settings accepted
+    # on all of the table's prompts than on this row's first ``prompts`` (1.0 = the same prompts); prediction applies it
+    sample_scale: float = 1.0
 
     def __post_init__(self) -> None:
         _validate_row(self)
@@ -155,7 +158,8 @@ class AcceptanceRow:
             "tokens": self.tokens,
             "context": {"min": self.context_min, "median": self.context_median, "max": self.context_max},
         } | ({"prompts": self.prompts} if self.prompts is not None else {}) | (
-            {"counted_by": self.counted_by} if self.counted_by != "engine" else {})
+            {"counted_by": self.counted_by} if self.counted_by != "engine" else {}) | (
+            {"sample_scale": self.sample_scale} if self.sample_scale != 1.0 else {})
 
 
 @dataclass(frozen=True)
@@ -356,8 +360,11 @@ def _validate_row(r: AcceptanceRow) -> None:
         raise ProfileError(f"{where}: prompts must be a positive integer or absent, got {r.prompts!r}")
     if r.counted_by not in ("engine", "replay"):
         raise ProfileError(f"{where}: counted_by must be 'engine' or 'replay', got {r.counted_by!r}")
-    if r.counted_by == "replay" and (r.setting.config.lookahead or r.setting.policy != "static"):
-        raise ProfileError(f"{where}: only static prompt-lookup settings can be counted by replay (a window needs the model)")
+    if r.counted_by == "replay" and not replayable(r.setting):
+        raise ProfileError(f"{where}: only prompt-lookup settings (static or the lookup policy) can be counted by replay "
+                           "(a window needs the model)")
+    if not _is_number(r.sample_scale) or not 0.2 <= r.sample_scale <= 5.0:
+        raise ProfileError(f"{where}: sample_scale must be a number in [0.2, 5], got {r.sample_scale!r}")
     if not r.context_min <= r.context_median <= r.context_max:
         raise ProfileError(f"{where}: contexts must satisfy min <= median <= max, got {r.context_min}/{r.context_median}/{r.context_max}")
     if not isinstance(r.packed_hist, dict) or not r.packed_hist:
@@ -453,6 +460,7 @@ def _row_from_dict(data: Any, index: int) -> AcceptanceRow:
         context_max=_get(ctx, "max", int, where=f"{where}.context"),
         prompts=_get(data, "prompts", int, where=where, required=False),
         counted_by=_get(data, "counted_by", str, where=where, required=False) or "engine",
+        sample_scale=float(_get(data, "sample_scale", number, where=where, required=False) or 1.0),
     )
 
 
@@ -532,11 +540,12 @@ def replay_row(setting: Setting, traces: Sequence[Any]) -> AcceptanceRow:
     the engine's output is the greedy one (fp32); in bf16 the engine's own output may differ late."""
     from .replay import lookup_rule, replay_trace
 
-    if setting.policy != "static" or setting.config.lookahead:
-        raise ProfileError(f"setting {setting.label!r} cannot be replayed: only static prompt-lookup settings can")
+    if not replayable(setting):
+        raise ProfileError(f"setting {setting.label!r} cannot be replayed: only prompt-lookup settings (static or "
+                           "the lookup policy) can")
     runs = []
     for trace in traces:
-        steps = replay_trace(lookup_rule(setting.config), trace)
+        steps = replay_trace(lookup_rule(setting.config, setting.policy), trace)
         n_new = len(trace.output)
         runs.append((len(trace.prompt), _ReplayedRun(
             steps=len(steps), new_tokens=n_new, tokens_per_step=(n_new - 1) / len(steps) if steps else float(n_new),
@@ -545,7 +554,8 @@ def replay_row(setting: Setting, traces: Sequence[Any]) -> AcceptanceRow:
 
 
 def replayable(setting: Setting) -> bool:
-    return setting.policy == "static" and not setting.config.lookahead
+    """Prompt lookup without a window, static or under the ``lookup`` policy: replay counts it exactly."""
+    return setting.policy in ("static", "lookup") and not setting.config.lookahead
 
 
 def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any], settings: Sequence[Setting], *,
@@ -562,6 +572,8 @@ def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any]
     wanted = [s for s in settings if replayable(s)]
     if not wanted or not prompts:
         return table
+    # rows keep the prompt count they were counted on when the table's grows
+    table = replace(table, rows=tuple(replace(r, prompts=table.row_prompts(r)) for r in table.rows))
     traces = []
     for i, ids in enumerate(prompts):
         ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, dtype=torch.long)
@@ -577,7 +589,29 @@ def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any]
         table = table.with_row(row)
         if progress is not None:
             progress(f"  {setting.label:<36} {row.tokens_per_step:.3f} tokens/step over {len(traces)} prompts (replayed)")
-    return replace(table, prompts=max(table.prompts, len(traces)))
+    # rows the engine counted on the first n prompts only (windows): how much easier or harder those n prompts
+    # were than all of them, measured on the replayed settings, so prediction compares like with like
+    scaled = []
+    for r in table.rows:
+        n = table.row_prompts(r)
+        if r.counted_by == "engine" and n < len(traces):
+            scale = sample_scale(wanted, traces, n)
+            if progress is not None:
+                progress(f"  {r.label:<36} counted on {n} prompts: tokens/step x {scale:.3f} for all {len(traces)}")
+            r = replace(r, sample_scale=scale)
+        scaled.append(r)
+    return replace(table, rows=tuple(scaled), prompts=max(table.prompts, len(traces)))
+
+
+def sample_scale(settings: Sequence[Setting], traces: Sequence[Any], n: int) -> float:
+    """Geometric mean over the replayable non-greedy ``settings`` of tokens/step on all ``traces`` over
+    tokens/step on the first ``n``: the prompt sample's bias, to carry a row counted on ``n`` to all."""
+    ratios = []
+    for s in settings:
+        if replayable(s) and not s.greedy:
+            whole, part = replay_row(s, traces), replay_row(s, traces[:n])
+            ratios.append(whole.tokens_per_step / part.tokens_per_step)
+    return min(max(math.exp(statistics.fmean(math.log(x) for x in ratios)), 0.2), 5.0) if ratios else 1.0
 
 
 def empty_table(model: Any, tokenizer: Any = None, *, workload: str, max_new_tokens: int, prompts: int,

@@ -52,10 +52,11 @@ def step_cost(curve: StepCurve, k: float, *, context: int) -> float:
 def predict_row(row: AcceptanceRow, curve: StepCurve, *, context: int) -> Prediction:
     """Price one measured row on this curve at ``context``."""
     cost = sum(n * step_cost(curve, k, context=context) for k, n in row.packed_hist.items()) / row.steps
+    tokens_per_step = row.tokens_per_step * row.sample_scale  # carried to the table's whole prompt sample
     return Prediction(
         setting=row.setting,
-        speedup=row.tokens_per_step * curve.cost(1, context) / cost,
-        tokens_per_step=row.tokens_per_step,
+        speedup=tokens_per_step * curve.cost(1, context) / cost,
+        tokens_per_step=tokens_per_step,
         packed_per_step=row.packed_mean,
         step_cost_ms=cost,
         extrapolated=max(row.packed_hist) > curve.ks[-1],

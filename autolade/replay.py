@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from .config import LookaheadConfig
 from .curve import StepCurve
@@ -24,7 +24,7 @@ from .engine.memory import AnswerMemory
 from .engine.prompt_lookup import SuffixIndex
 from .engine.steps import StepOutcome, StepPlan
 from .errors import ConfigError
-from .policies import CostAwarePolicy
+from .policies import CostAwarePolicy, LookupPolicy
 
 
 @dataclass(frozen=True)
@@ -119,23 +119,20 @@ class WithMemory:
         self.base.update(drafts, accepted)
 
 
-class CostAwareLookup:
-    """The ``cost-aware`` runtime policy (``autolade.policies.CostAwarePolicy``) as a replay rule:
-    per match length m it learns how often each draft position is accepted and drafts the length
-    with the most expected tokens per ms under the curve (0 = a plain greedy step)."""
+class PolicyLookup:
+    """A prompt-lookup runtime policy (``lookup``, ``cost-aware``: no window) as a replay rule: each
+    step drafts what the policy's plan asks for and tells the policy what was accepted, as the engine does."""
 
-    def __init__(self, curve: StepCurve, *, drafts: int = 3, max_ngram: int = 4, max_len: int = 16) -> None:
-        config = LookaheadConfig(window=0, guesses=0, prompt_lookup=max_len, prompt_lookup_drafts=drafts,
-                                 prompt_lookup_ngram=max_ngram)
-        self.policy = CostAwarePolicy(config, cost=curve.cost)
-        self.max_ngram = max_ngram
-        self.name = f"cost-aware lookup x{drafts} (online, per match length)"
+    def __init__(self, policy: Any, *, max_ngram: int, scaled: bool = False, name: str | None = None) -> None:
+        self.policy, self.max_ngram, self.scaled = policy, max_ngram, scaled
+        self.name = name or f"policy {policy.name} (n-gram <= {max_ngram})"
         self._plan: StepPlan | None = None
         self._m = 0
 
     def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
         self._plan = plan = self.policy.plan()
-        drafts, self._m = index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts, lengths=plan.draft_lens)
+        drafts, self._m = index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts, scaled=self.scaled,
+                                       lengths=plan.draft_lens)
         return drafts
 
     def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
@@ -147,6 +144,16 @@ class CostAwareLookup:
                                        window_tokens=0, accepted=accepted,
                                        accepted_from="lookup" if accepted else "none", step_s=0.0, forward_s=0.0,
                                        longest_draft=longest, match_len=self._m))
+
+
+def CostAwareLookup(curve: StepCurve, *, drafts: int = 3, max_ngram: int = 4, max_len: int = 16) -> PolicyLookup:
+    """The ``cost-aware`` runtime policy (``autolade.policies.CostAwarePolicy``) as a replay rule:
+    per match length m it learns how often each draft position is accepted and drafts the length
+    with the most expected tokens per ms under the curve (0 = a plain greedy step)."""
+    config = LookaheadConfig(window=0, guesses=0, prompt_lookup=max_len, prompt_lookup_drafts=drafts,
+                             prompt_lookup_ngram=max_ngram)
+    return PolicyLookup(CostAwarePolicy(config, cost=curve.cost), max_ngram=max_ngram,
+                        name=f"cost-aware lookup x{drafts} (online, per match length)")
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:
@@ -205,12 +212,18 @@ def replay(make_rule: Callable[[], DraftRule], traces: Sequence[Trace], curve: S
                         greedy_ms=tokens * curve.cost(1))
 
 
-def lookup_rule(config: LookaheadConfig) -> Lookup:
-    """The replay rule of a static prompt-lookup-only config (what the engine's PromptLookupSource drafts)."""
+def lookup_rule(config: LookaheadConfig, policy: str = "static") -> DraftRule:
+    """The replay rule of a prompt-lookup-only config, static or driven by the ``lookup`` policy (what
+    the engine's PromptLookupSource drafts under that policy)."""
     if config.lookahead:
         raise ConfigError("only prompt-lookup settings replay without the model: a Jacobi window needs its forwards")
+    max_ngram = max(config.prompt_lookup_ngram, 1)
+    if policy == "lookup":
+        return PolicyLookup(LookupPolicy(config), max_ngram=max_ngram, scaled=config.prompt_lookup_scaled)
+    if policy != "static":
+        raise ConfigError(f"policy {policy!r} does not replay from acceptance alone; static and lookup do")
     return Lookup(length=config.prompt_lookup, drafts=config.prompt_lookup_drafts if config.prompt_lookup else 0,
-                  scaled=config.prompt_lookup_scaled, max_ngram=max(config.prompt_lookup_ngram, 1))
+                  scaled=config.prompt_lookup_scaled, max_ngram=max_ngram)
 
 
 def bound_results(traces: Sequence[Trace], curve: StepCurve) -> list[ReplayResult]:

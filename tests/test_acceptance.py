@@ -274,7 +274,7 @@ def test_measure_counts_match_the_engine_stats():
     assert t.tokenizer_fingerprint == "ids-only:v96" and t.prompts == 2 and t.max_new_tokens == 24
     for setting in settings:
         stats = [api.generate(model, torch.tensor([p]) if isinstance(p, list) else p, max_new_tokens=24,
-                              config=setting.config, policy=setting.policy).stats for p in prompts]
+                              config=setting.config, policy=setting.policy, memory=False).stats for p in prompts]
         r = t.row(setting.label)
         assert r.steps == sum(s.steps for s in stats)
         assert r.tokens == sum(s.new_tokens - 1 for s in stats)
@@ -359,7 +359,8 @@ def test_a_replayed_row_counts_exactly_what_the_engine_counts():
     """fp32 tiny model: replaying HF greedy outputs gives the engine's own steps, packed sizes and tokens."""
     model = tiny_llama()
     prompts = [repetitive_prompt(seed=s) for s in range(3)]
-    settings = [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING]
+    settings = [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING,
+                Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=2), policy="lookup")]
     empty = empty_table(model, workload="chat", max_new_tokens=40, prompts=1)
     replayed = add_replayed_rows(empty, model, prompts, settings + [WINDOW])
     assert [r.label for r in replayed.rows] == [s.label for s in settings]  # the window is not replayable
@@ -378,7 +379,7 @@ def test_replayed_rows_round_trip_and_only_lookup_rows_may_be_replayed(tmp_path)
     back = AcceptanceTable.from_json(t.to_json())
     assert back == t and back.row(LOOKUP4.label).prompts == 40
     assert "counted_by" not in json.dumps(t.to_dict()["rows"][0])  # old files' shape when nothing is new
-    with pytest.raises(ProfileError, match="only static prompt-lookup settings"):
+    with pytest.raises(ProfileError, match="only prompt-lookup settings"):
         row(WINDOW, counted_by="replay")
     with pytest.raises(ProfileError, match="counted_by"):
         row(counted_by="guess")
@@ -413,3 +414,26 @@ def test_cli_accept_lookup_grid_counts_by_replay_alone(tmp_path):
     table = read_acceptance_file(out)
     assert table.workload == "mine" and table.prompts == 4 and len(table.rows) == len(lookup_grid())
     assert all(r.counted_by == "replay" and r.prompts == 4 for r in table.rows)
+
+
+def test_rows_counted_on_fewer_prompts_carry_the_samples_bias():
+    """A window row counted by the engine on the first prompt only gets the factor by which the replayed
+    settings accepted more (or less) on all prompts than on that one; prediction applies it."""
+    from autolade.curve import StepCurve
+    from autolade.predict import predict_row
+
+    model = tiny_llama()
+    easy = repetitive_prompt(seed=0)
+    hard = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:40].add(3)
+    base = measure_acceptance(model, [easy], [WINDOW, GREEDY_SETTING], max_new_tokens=40, workload="chat")
+    grown = add_replayed_rows(base, model, [easy, hard, hard.flip(0)], [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING])
+    win = grown.row(WINDOW.label)
+    assert grown.row_prompts(win) == 1 and win.counted_by == "engine" and grown.prompts == 3
+    assert win.sample_scale < 1.0  # the first prompt was the easy one
+    assert grown.row(GREEDY_SETTING.label).sample_scale == 1.0 and grown.row(GREEDY_SETTING.label).prompts == 3
+    flat = StepCurve(points={256: {k: 10.0 for k in (1, 2, 4, 8, 16, 32, 64)}})
+    assert predict_row(win, flat, context=100).tokens_per_step == pytest.approx(win.tokens_per_step * win.sample_scale)
+    back = AcceptanceTable.from_json(grown.to_json())
+    assert back.row(WINDOW.label).sample_scale == win.sample_scale
+    with pytest.raises(ProfileError, match="sample_scale"):
+        row(sample_scale=50.0)
