@@ -559,11 +559,13 @@ def replayable(setting: Setting) -> bool:
 
 
 def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any], settings: Sequence[Setting], *,
-                      progress: Callable[[str], None] | None = None) -> AcceptanceTable:
+                      progress: Callable[[str], None] | None = None,
+                      outputs: dict[tuple[int, ...], Sequence[int]] | None = None) -> AcceptanceTable:
     """``table`` with every replayable setting of ``settings`` counted by replay over the greedy outputs
     (HF ``generate``, one run per prompt) of ``prompts``: one greedy pass instead of one engine run per
     setting, so the prompt-lookup rows can rest on many more prompts than the window rows. A row
-    already counted on at least as many prompts is kept."""
+    already counted on at least as many prompts is kept. ``outputs``: greedy outputs already made
+    (prompt ids -> new ids, e.g. ``tools/draft_bound.py --save-traces``), used instead of running greedy."""
     import torch
 
     from .harness import run_greedy
@@ -578,7 +580,9 @@ def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any]
     for i, ids in enumerate(prompts):
         ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, dtype=torch.long)
         ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
-        out = run_greedy(model, ids, max_new_tokens=table.max_new_tokens).tokens
+        known = (outputs or {}).get(tuple(ids[0].tolist()))
+        out = list(known)[: table.max_new_tokens] if known is not None else run_greedy(
+            model, ids, max_new_tokens=table.max_new_tokens).tokens
         traces.append(Trace(tuple(ids[0].tolist()), tuple(out)))
         if progress is not None:
             progress(f"  greedy output {i + 1}/{len(prompts)}: {len(out)} tokens")
@@ -709,3 +713,13 @@ def lookup_grid() -> tuple[Setting, ...]:
     """Greedy and the static prompt-lookup settings of ``default_grid()``: what replay alone can count
     (``autolade accept --grid lookup --replay-prompts M``: one greedy run per prompt, no engine run)."""
     return tuple(s for s in default_grid() if replayable(s))
+
+
+def read_traces(path: str | Path) -> dict[tuple[int, ...], list[int]]:
+    """Greedy outputs saved by ``tools/draft_bound.py --save-traces`` ({set: [{prompt, output}, ...]}):
+    prompt ids -> output ids. A file of another shape is a ProfileError naming it."""
+    try:
+        data = json.loads(Path(path).read_text())
+        return {tuple(int(t) for t in r["prompt"]): [int(t) for t in r["output"]] for rows in data.values() for r in rows}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ProfileError(f"{path} is not a greedy-outputs file from tools/draft_bound.py --save-traces ({exc})") from None

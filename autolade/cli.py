@@ -461,9 +461,11 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
               help="candidate settings: full (34), compact (13) or lookup (greedy and static prompt lookup: replay alone counts them)")
 @click.option("--replay-prompts", type=int, default=0, show_default=True, metavar="M",
               help="also count the prompt-lookup settings on M prompts by replaying one greedy run each (cheap)")
+@click.option("--traces", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="greedy outputs of this model and dtype already made (tools/draft_bound.py --save-traces), for the replay")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="also write the table as shareable JSON")
 @clean_errors
-def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, replay_prompts, output):
+def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, replay_prompts, traces, output):
     """Measure how many tokens each candidate setting accepts per step (never timed: hardware-free).
 
     Saved to the store after every setting, so an interrupted run keeps what it measured."""
@@ -481,6 +483,7 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
         measure_acceptance,
         model_tokenizer_fingerprint,
         read_acceptance_file,
+        read_traces,
         replayable,
         write_acceptance_file,
     )
@@ -526,7 +529,8 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
             click.echo(f"replaying the prompt-lookup settings over {replay_prompts} greedy outputs...", err=True)
             more = [encode_prompt(tok, p.text, kind=p.kind) for p in tuning[:replay_prompts]]
             table = replace(table, prompt_set=f"{table.prompt_set}; prompt lookup replayed on {tag} tuning split[:{len(more)}]")
-            table = add_replayed_rows(table, mdl, more, grid, progress=lambda m: click.echo(m, err=True))
+            table = add_replayed_rows(table, mdl, more, grid, progress=lambda m: click.echo(m, err=True),
+                                      outputs=read_traces(traces) if traces else None)
             save(table)
         click.echo(f"saved acceptance table ({len(table.rows)} settings, {table.model_fingerprint} {table.dtype} "
                    f"{table.workload}, tokenizer {table.tokenizer_fingerprint}) to {store.path}")
