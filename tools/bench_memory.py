@@ -40,12 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     from autolade import api
     from autolade.config import parse_method
     from autolade.harness import divergence, rotate, run_autolade, run_greedy, run_pld
-    from autolade.memory import add_answers
+    from autolade.memory import add_answers, open_memory_store
     from autolade.models import model_fingerprint
     from autolade.profile_format import model_key
     from autolade.prompts import encode_prompt, load_workload, split_workload
     from autolade.settings import CPU_DEFAULT
-    from autolade.store import ProfileStore
 
     config, _ = parse_method(args.config) if args.config else (CPU_DEFAULT, None)
     model, tok = api.load(args.model, dtype=args.dtype)
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     for f in args.traces:
         data.update(json.loads(Path(f).read_text()))
     sets = list(data)
-    with ProfileStore() as store:
+    with open_memory_store() as store:
         for w, rows in data.items():
             tuning = {p.id for p in split_workload(load_workload(w))[0]}
             warm = [r["output"] for r in rows if r["id"] in tuning]
