@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import torch
 
 from .config import LookaheadConfig
+from .engine.clock import DeviceClock
 from .engine.decode import DecodeLog, lookahead_decode
 from .engine.sampling import make_verifier, reject_unsupported
 from .errors import ConfigError, InputError
@@ -116,12 +116,13 @@ def generate(
         policy = make_policy(policy, config, cost=stored_cost(model) if needs_cost(policy) else None)
     eos = eos_ids(model, eos_token_id=eos_token_id)
     stop = _stop_fn(stop_token_ids, stop_strings, tokenizer)
-    t0 = time.perf_counter()
+    clock = DeviceClock(ids.device)  # CUDA: synchronised, so wall_s covers finished work
+    t0 = clock.now()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
         verifier=verifier,
     )
-    wall = time.perf_counter() - t0
+    wall = clock.since(t0)
     seq = torch.cat([ids, torch.tensor([new], dtype=ids.dtype, device=ids.device)], dim=1)
     return GenerateResult(sequences=seq, stats=_stats(log, len(new), wall, config, source, policy))
 
