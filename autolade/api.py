@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import torch
 
 from .config import LookaheadConfig
+from .engine.clock import DeviceClock
 from .engine.decode import DecodeLog, lookahead_decode
 from .engine.sampling import SamplingVerifier, make_verifier, reject_unsupported
 from .errors import ConfigError, InputError
@@ -159,12 +159,13 @@ def run_engine(
     if memory is None:  # sampled: off, so that a seed gives the same sample whatever the memory holds
         memory = False if isinstance(verifier, SamplingVerifier) else MEMORY_DEFAULT
     answers, memory_note, remember = _open_memory(model, memory, workload)
-    t0 = time.perf_counter()
+    clock = DeviceClock(ids.device)  # CUDA: synchronised, so wall_s covers finished work
+    t0 = clock.now()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
         verifier=verifier, memory=answers,
     )
-    wall = time.perf_counter() - t0
+    wall = clock.since(t0)
     if remember is not None:
         memory_note += "" if (why := remember(new)) is None else f"; {why}"
     seq = torch.cat([ids, torch.tensor([new], dtype=ids.dtype, device=ids.device)], dim=1)

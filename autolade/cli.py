@@ -57,7 +57,7 @@ class TextStream:
 @cli.command()
 @click.argument("prompt")
 @click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, hub alias, HF dir, cached hub id or .gguf")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--max-new-tokens", "-n", type=int, default=256, show_default=True)
 @click.option("--window", "-W", type=int, default=None, help="lookahead window W (0 = no Jacobi window)")
 @click.option("--ngram", "-N", type=int, default=None, help="n-gram size N")
@@ -105,7 +105,7 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
 
 @cli.command("bench")
 @click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, hub alias, HF dir, cached hub id or .gguf")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="bfloat16", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="bfloat16", show_default=True)
 @click.option("--sets", default="chat,code", show_default=True, help="comma-separated: chat, code, copy, or workload files")
 @click.option("--copy", "add_copy", is_flag=True, help="add the copy-heavy set (HumanEval code to repeat / fix and reprint)")
 @click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts per set (0 = all)")
@@ -147,7 +147,7 @@ _BOUND_EXAMPLES = ((2, 3, 2), (4, 4, 4), (7, 4, 7), (15, 5, 15))  # W/N/G rows s
 
 @cli.command("profile")
 @click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, hub alias, HF dir, cached hub id or .gguf")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False), default=None, help="write the step-latency curve as a PNG")
 @click.option("--quick", is_flag=True, help="fewer k values, one context, shorter benchmarks (a rough picture)")
 @click.option("--verify", type=int, default=0, show_default=True, metavar="N",
@@ -391,7 +391,7 @@ def parse_duration(text: str | None) -> float | None:
 
 @cli.command()
 @click.option("--model", "-m", default="smollm2-135m", show_default=True)
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--workload", "-w", default="chat", show_default=True, help="chat, code, or a .jsonl/.txt file of prompts")
 @click.option("--trials", type=int, default=40, show_default=True)
 @click.option("--budget", default=None, help="stop starting trials after this long (e.g. 20m)")
@@ -454,7 +454,7 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
 @cli.command("accept")
 @click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, hub alias, HF dir, cached hub id or .gguf")
 @click.option("--workload", "-w", default="chat", show_default=True, help="chat, code, or a .jsonl/.txt file of prompts")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16"]), default="float32", show_default=True)
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
 @click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts measured per setting")
 @click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
 @click.option("--grid", type=click.Choice(["full", "compact", "lookup"]), default="full", show_default=True,

@@ -12,7 +12,6 @@ import inspect
 import math
 import os
 import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,6 +202,7 @@ def measure_step_curve(
     repeats: int = 5,
     warmup: int = 2,
     name: str | None = None,
+    clock: Any = None,
 ) -> StepCurve:
     """Time one cached forward of k packed tokens after a prefill of ``context`` tokens.
 
@@ -212,8 +212,16 @@ def measure_step_curve(
     cropped back to ``context`` after every forward, so each point sees the same prefix.
     The repeats run in interleaved rounds over all ks, so a burst of outside load spreads
     over the curve instead of bending one point; ``spread`` and ``notes`` record the noise.
+
+    Each k runs the attention implementation the decode loop would (``engine/attention.py``): on a
+    flash-attn model k = 1 is flash's causal one-token forward (no mask), k > 1 sdpa with the mask.
+    ``clock`` (default: a ``DeviceClock`` of the model's device) reads finished work: CUDA is
+    synchronised before every reading.
     """
     import torch
+
+    from .engine.attention import AttentionSwitch, is_flash
+    from .engine.clock import DeviceClock
 
     param = next(model.parameters())
     device, dtype = param.device, param.dtype
@@ -234,38 +242,46 @@ def measure_step_curve(
         )
     vocab = int(model.config.vocab_size)
     cache_kwarg = _cache_kwarg(model)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    clock = clock or DeviceClock(device)
+    attention = AttentionSwitch.for_model(model)
+    loaded = attention.current
     gen = torch.Generator().manual_seed(0)
     load_before = _load_average()
     points: dict[int, dict[int, float]] = {}
     spread: dict[int, dict[int, float]] = {}
-    with torch.inference_mode():
-        for context in contexts:
-            cache = _new_cache()
-            if context > 0:
-                prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
-                model(input_ids=prefix, use_cache=True, **{cache_kwarg: cache})
-            inputs = {k: _step_inputs(torch, k, context, vocab=vocab, device=device, dtype=dtype, gen=gen) for k in ks}
+    try:
+        with torch.inference_mode():
+            for context in contexts:
+                cache = _new_cache()
+                attention.use("prefill")
+                if context > 0:
+                    prefix = torch.randint(0, vocab, (1, context), generator=gen).to(device)
+                    model(input_ids=prefix, use_cache=True, **{cache_kwarg: cache})
+                inputs = {k: _step_inputs(torch, k, context, vocab=vocab, device=device, dtype=dtype, gen=gen) for k in ks}
 
-            def step(k: int, inputs=inputs, cache=cache, context=context) -> float:  # bound: this context's
-                sync()
-                start = time.perf_counter()
-                model(**inputs[k], use_cache=True, **{cache_kwarg: cache})
-                sync()
-                elapsed = time.perf_counter() - start
-                _crop(cache, k, context)
-                return elapsed * 1000.0
+                def step(k: int, inputs=inputs, cache=cache, context=context) -> float:  # bound: this context's
+                    attention.use("single" if k == 1 else "packed")
+                    kwargs = inputs[k]
+                    if k == 1 and is_flash(attention.current):  # causal: the engine passes no mask either
+                        kwargs = {key: value for key, value in kwargs.items() if key != "attention_mask"}
+                    start = clock.now()
+                    model(**kwargs, use_cache=True, **{cache_kwarg: cache})
+                    elapsed = clock.since(start)
+                    _crop(cache, k, context)
+                    return elapsed * 1000.0
 
-            for k in ks:
-                for _ in range(warmup):
-                    step(k)
-            # interleaved rounds: a burst of outside load hits every k a little, not one k a lot
-            times: dict[int, list[float]] = {k: [] for k in ks}
-            for _ in range(repeats):
                 for k in ks:
-                    times[k].append(step(k))
-            points[int(context)] = {k: statistics.median(t) for k, t in times.items()}
-            spread[int(context)] = {k: (max(t) - min(t)) / statistics.median(t) for k, t in times.items()}
+                    for _ in range(warmup):
+                        step(k)
+                # interleaved rounds: a burst of outside load hits every k a little, not one k a lot
+                times: dict[int, list[float]] = {k: [] for k in ks}
+                for _ in range(repeats):
+                    for k in ks:
+                        times[k].append(step(k))
+                points[int(context)] = {k: statistics.median(t) for k, t in times.items()}
+                spread[int(context)] = {k: (max(t) - min(t)) / statistics.median(t) for k, t in times.items()}
+    finally:
+        attention.set(loaded)  # a flash model ends as it began
     notes = []
     # only the load from before: over a long measurement our own threads raise the average
     if load_before is not None and load_before >= 0.5:

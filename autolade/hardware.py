@@ -33,6 +33,7 @@ __all__ = [
     "gpu_peak_flops",
     "load_average",
     "measure_step_curve",
+    "probe_gpus",
     "packed_tokens",
     "plot_curve",
     "probe_hardware",
@@ -91,6 +92,8 @@ class GpuInfo:
     peak_flops: float | None = None  # dense bf16/fp16 tensor FLOP/s (estimate, see peak_flops_source)
     peak_flops_source: str | None = None  # "spec table" or "SMs x clock x per-SM rate"
     mem_bandwidth: float | None = None  # bytes/s, 2 x mem clock x bus width / 8 (DDR estimate)
+    mig_profile: str | None = None  # MIG on: the slice's profile, e.g. "1g.10gb" (memory, SMs are the slice's)
+    mig_instances: int | None = None  # MIG on: how many GPU instances NVML lists
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ class HardwareProfile:
                 parts.append(f"{gpu.sm_count}sm")
             if gpu.memory_total:
                 parts.append(f"{round(gpu.memory_total / 2**30)}GiB")
+            if gpu.mig_profile:
+                parts.append(f"mig-{_slug(gpu.mig_profile)}")
             return ":".join(parts)
         if self.is_gpu:
             return f"cuda:{_slug(self.device)}"
@@ -156,7 +161,8 @@ class HardwareProfile:
         """Coarser key for the nearest-hardware fallback: the GPU name, or CPU vendor/family + ISA."""
         gpu = self.gpu
         if gpu is not None:
-            return f"cuda:{_slug(gpu.name)}"
+            mig = f":mig-{_slug(gpu.mig_profile)}" if gpu.mig_profile else ""
+            return f"cuda:{_slug(gpu.name)}{mig}"
         if self.is_gpu:
             return "cuda:unknown"
         vendor = _slug(self.cpu_vendor) or _slug(self.cpu_model.split(" ")[0] if self.cpu_model else "") or "unknown"
@@ -194,31 +200,34 @@ class HardwareProfile:
         return data
 
 
-def probe_hardware(*, device: str | None = None, quick: bool = False, measure: bool = True) -> HardwareProfile:
+def probe_hardware(
+    *, device: str | None = None, quick: bool = False, measure: bool = True, nvml: Any = None, cuda: Any = None
+) -> HardwareProfile:
     """Describe this machine. ``device=None`` picks "cuda:0" when torch sees a GPU, else "cpu".
 
     The CPU micro-benchmarks run only when the model runs on the CPU (``quick`` shortens them
     to ~0.2 s; ``measure=False`` skips them: the fingerprint never depends on them, so
-    generate() can look up a profile in milliseconds).
+    generate() can look up a profile in milliseconds). ``nvml`` / ``cuda``: stand-ins for pynvml and
+    ``torch.cuda`` (``probe_gpus``); a failing NVML leaves a note, never an exception.
     """
     import os
 
     import torch
 
+    cuda = cuda or torch.cuda
     if device is None:
-        device = "cuda:0" if torch.cuda.is_available() else "cpu"
+        device = "cuda:0" if cuda.is_available() else "cpu"
     if device == "cuda":
         device = "cuda:0"
     if not re.fullmatch(r"cpu|cuda:\d+", device):
         raise ProfileError(f"device must be 'cpu' or 'cuda[:N]', got {device!r}")
     notes: list[str] = []
-    if device.startswith("cuda") and not torch.cuda.is_available():
+    if device.startswith("cuda") and not cuda.is_available():
         raise ProfileError(f"device {device} requested but torch.cuda is not available (torch {torch.__version__})")
 
     cpu = _cpu_info()
-    gpus, nvml_note = _nvml_gpus(torch)
-    if nvml_note:
-        notes.append(nvml_note)
+    gpus, nvml_notes = probe_gpus(nvml=nvml, cuda=cuda)
+    notes.extend(nvml_notes)
     busy = _busy_note(os) if measure else None
     if busy:
         notes.append(busy)
@@ -323,44 +332,76 @@ def _median_time(fn: Callable[[], Any], *, budget: float, warmup: int = 2, min_r
 # --- GPU (NVML) -----------------------------------------------------------------------------
 
 
-def _nvml_gpus(torch: Any) -> tuple[list[GpuInfo], str | None]:
-    """Every GPU NVML sees, or ([], "NVML not available: <reason>")."""
+def probe_gpus(*, nvml: Any = None, cuda: Any = None) -> tuple[list[GpuInfo], list[str]]:
+    """Every GPU NVML sees, and notes on what it could not tell; never raises.
+
+    ``nvml``: a pynvml-like module (default: ``import pynvml`` from nvidia-ml-py); ``cuda``: a
+    ``torch.cuda``-like object for the SM counts (default: ``torch.cuda``). Both are parameters so
+    that tests hand in stand-ins: several GPUs, MIG slices, unsupported queries, a failing init.
+    A GPU whose queries fail is left out with a note; the others are still reported.
+    """
+    if nvml is None:
+        try:
+            import pynvml as nvml  # from nvidia-ml-py
+        except ImportError as exc:
+            return [], [f"NVML not available: nvidia-ml-py is not installed ({exc}); pip install nvidia-ml-py"]
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
     try:
-        import pynvml  # from nvidia-ml-py
-    except ImportError as exc:
-        return [], f"NVML not available: nvidia-ml-py is not installed ({exc}); pip install nvidia-ml-py"
-    try:
-        pynvml.nvmlInit()
+        nvml.nvmlInit()
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return [], f"NVML not available: {exc or type(exc).__name__} (no NVIDIA driver on this machine)"
+        return [], [f"NVML not available: {exc or type(exc).__name__} (no NVIDIA driver on this machine)"]
+    notes: list[str] = []
+    gpus: list[GpuInfo] = []
     try:
-        driver = _nvml_call(lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
-        cuda_raw = _nvml_call(pynvml.nvmlSystemGetCudaDriverVersion_v2) or _nvml_call(pynvml.nvmlSystemGetCudaDriverVersion)
-        cuda = f"{cuda_raw // 1000}.{cuda_raw % 1000 // 10}" if cuda_raw else None
-        count = pynvml.nvmlDeviceGetCount()
-        gpus = [_nvml_gpu(pynvml, torch, index, driver, cuda) for index in range(count)]
-        return gpus, None if gpus else "NVML found no GPU"
-    except Exception as exc:
-        return [], f"NVML not available: query failed ({exc or type(exc).__name__})"
+        driver = _nvml_call(lambda: _text(nvml.nvmlSystemGetDriverVersion()))
+        cuda_raw = _nvml_call(nvml.nvmlSystemGetCudaDriverVersion_v2) or _nvml_call(nvml.nvmlSystemGetCudaDriverVersion)
+        cuda_version = f"{cuda_raw // 1000}.{cuda_raw % 1000 // 10}" if cuda_raw else None
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except Exception as exc:
+            return [], [f"NVML not available: query failed ({exc or type(exc).__name__})"]
+        for index in range(count):
+            try:
+                gpu, missing = _nvml_gpu(nvml, cuda, index, driver, cuda_version)
+            except Exception as exc:
+                notes.append(f"GPU {index}: NVML query failed ({exc or type(exc).__name__}); left out")
+                continue
+            gpus.append(gpu)
+            if missing:
+                notes.append(f"GPU {index}: NVML does not report {', '.join(missing)} (left unknown)")
+            if gpu.mig_profile:
+                notes.append(f"GPU {index}: MIG on, {gpu.mig_instances} instance(s); memory and SMs are slice "
+                             f"{gpu.mig_profile}'s (the first instance)")
+        if not gpus:
+            notes.append("NVML found no GPU")
+        return gpus, notes
     finally:
-        _nvml_call(pynvml.nvmlShutdown)
+        _nvml_call(nvml.nvmlShutdown)
 
 
-def _nvml_gpu(pynvml: Any, torch: Any, index: int, driver: str | None, cuda: str | None) -> GpuInfo:
-    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    name = _text(pynvml.nvmlDeviceGetName(handle))
-    memory = _nvml_call(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
-    sm_clock = _nvml_call(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
-    mem_clock = _nvml_call(lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM))
-    bus = _nvml_call(lambda: pynvml.nvmlDeviceGetMemoryBusWidth(handle))
-    cc = _nvml_call(lambda: tuple(pynvml.nvmlDeviceGetCudaComputeCapability(handle)))
-    sm_count = None
-    if torch.cuda.is_available() and index < torch.cuda.device_count():
-        props = torch.cuda.get_device_properties(index)
+def _nvml_gpu(nvml: Any, cuda: Any, index: int, driver: str | None, cuda_version: str | None) -> tuple[GpuInfo, list[str]]:
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+    name = _text(nvml.nvmlDeviceGetName(handle))
+    memory = _nvml_call(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+    sm_clock = _nvml_call(lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))
+    mem_clock = _nvml_call(lambda: nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_MEM))
+    bus = _nvml_call(lambda: nvml.nvmlDeviceGetMemoryBusWidth(handle))
+    cc = _nvml_call(lambda: tuple(nvml.nvmlDeviceGetCudaComputeCapability(handle)))
+    mig_profile, mig_instances, mig_sms, mig_memory = _nvml_mig(nvml, handle)
+    if mig_memory is not None:
+        memory = mig_memory
+    sm_count = mig_sms
+    if _nvml_call(cuda.is_available) and index < (_nvml_call(cuda.device_count) or 0):
+        props = cuda.get_device_properties(index)
         sm_count = props.multi_processor_count
         cc = cc or (props.major, props.minor)
-    peak, source = gpu_peak_flops(name=name, sm_count=sm_count, sm_clock_mhz=sm_clock, compute_capability=cc)
-    return GpuInfo(
+    # a MIG slice has a share of the part's peak: never the spec table's whole-GPU number
+    peak, source = gpu_peak_flops(name="" if mig_profile else name, sm_count=sm_count, sm_clock_mhz=sm_clock,
+                                  compute_capability=cc)
+    info = GpuInfo(
         index=index,
         name=name,
         memory_total=getattr(memory, "total", None),
@@ -371,11 +412,35 @@ def _nvml_gpu(pynvml: Any, torch: Any, index: int, driver: str | None, cuda: str
         max_mem_clock_mhz=mem_clock,
         bus_width_bits=bus,
         driver_version=driver,
-        cuda_version=cuda,
+        cuda_version=cuda_version,
         peak_flops=peak,
         peak_flops_source=source,
         mem_bandwidth=gpu_mem_bandwidth(mem_clock_mhz=mem_clock, bus_width_bits=bus),
+        mig_profile=mig_profile,
+        mig_instances=mig_instances,
     )
+    fields = (("memory", memory), ("max_sm_clock_mhz", sm_clock), ("max_mem_clock_mhz", mem_clock),
+              ("bus_width_bits", bus), ("compute_capability", cc))
+    return info, [key for key, value in fields if value is None]
+
+
+def _nvml_mig(nvml: Any, handle: Any) -> tuple[str | None, int | None, int | None, Any]:
+    """(MIG profile like "1g.10gb", instances, the first instance's SMs, its memory info), or Nones when MIG is off."""
+    mode = _nvml_call(lambda: nvml.nvmlDeviceGetMigMode(handle))
+    enabled = getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
+    if not mode or mode[0] != enabled:
+        return None, None, None, None
+    slots = _nvml_call(lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle)) or 0
+    instances = [h for i in range(slots) if (h := _nvml_call(lambda i=i: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)))]
+    if not instances:
+        return "none", 0, None, None
+    first = instances[0]
+    mig_name = _nvml_call(lambda: _text(nvml.nvmlDeviceGetName(first))) or ""
+    match = re.search(r"\d+g\.\d+gb", mig_name)
+    attributes = _nvml_call(lambda: nvml.nvmlDeviceGetAttributes(first))
+    sms = getattr(attributes, "multiprocessorCount", None)
+    profile = match.group(0) if match else (f"{getattr(attributes, 'gpuInstanceSliceCount', '?')}g" if attributes else "unknown")
+    return profile, len(instances), sms, _nvml_call(lambda: nvml.nvmlDeviceGetMemoryInfo(first))
 
 
 def gpu_peak_flops(

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .config import LookaheadConfig
+from .engine.clock import DeviceClock, cuda_synchronize
 
 # transformers' prompt lookup draft length (prompt_lookup_num_tokens) for the HF PLD baseline, as in
 # the paper's and transformers' examples
@@ -41,28 +42,20 @@ def noise_gap(dtype: torch.dtype) -> float:
 # --- timing -------------------------------------------------------------------------------------
 
 
-def _cuda_sync(device: torch.device) -> None:
-    torch.cuda.synchronize(device)
-
-
 @dataclass(frozen=True)
 class Timer:
     """Wall time of one call. On CUDA the device is synchronised before each clock reading, so queued
     kernels are neither charged to the next call nor missing from this one."""
 
     now: Callable[[], float] = time.perf_counter  # the clock, in seconds
-    sync: Callable[[torch.device], None] = _cuda_sync  # waits for the device; called only on CUDA
+    sync: Callable[[torch.device], None] = cuda_synchronize  # waits for the device; called only on CUDA
 
     def __call__(self, device: torch.device, fn: Callable[[], Any]) -> tuple[Any, float]:
-        """(fn(), seconds it took)."""
-        cuda = torch.device(device).type == "cuda"
-        if cuda:
-            self.sync(device)
-        t0 = self.now()
+        """(fn(), seconds it took), read on a ``DeviceClock`` of ``device``."""
+        clock = DeviceClock(device, now_fn=self.now, sync=self.sync)
+        t0 = clock.now()
         out = fn()
-        if cuda:
-            self.sync(device)
-        return out, self.now() - t0
+        return out, clock.since(t0)
 
 
 TIMER = Timer()

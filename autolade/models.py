@@ -47,8 +47,8 @@ __all__ = ["MODELS", "HUB_MODELS", "ModelSpec", "HubModel", "load", "model_finge
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16"}
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
 CACHE_FORMAT = 1  # bump to invalidate every conversion cache
 MARKER = "autolade.json"  # written last into a cache dir: its presence means "complete"
 
@@ -76,6 +76,11 @@ def load(
     """Load ``(model, tokenizer)`` in eval mode; see the module docstring for what is accepted."""
     torch_dtype = resolve_dtype(dtype)
     target = _device(device)
+    if torch_dtype == torch.float16 and target.type == "cpu":
+        raise ConfigError(
+            "float16 is a CUDA dtype here: CPU matmuls in float16 are slow or missing and its outputs would match "
+            "no CPU reference; on the CPU use dtype='bfloat16' or 'float32' (or device='cuda' for float16)"
+        )
     kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
@@ -107,12 +112,34 @@ def load(
     model, tokenizer = _from_pretrained(str(directory), kwargs)
     if target.type != "cpu":
         model.to(target)
+        if attn_implementation is None:
+            _prefer_flash(model, target, torch_dtype)
     model.eval()
     return model, tokenizer
 
 
+def _prefer_flash(model: Any, target: torch.device, dtype: torch.dtype) -> None:
+    """On CUDA in half precision with flash-attn installed, switch the loaded model to flash-attn
+    (transformers' ``set_attn_implementation``); the engine runs packed steps through sdpa
+    (``engine/attention.py``). Where transformers refuses it, sdpa stays, with a warning."""
+    from .engine.attention import flash_attn_installed, load_implementation
+
+    wanted = load_implementation(
+        device_type=target.type, dtype=dtype, flash_installed=flash_attn_installed(),
+        compute_capability=torch.cuda.get_device_capability(target),
+    )  # fmt: skip
+    if wanted is None:
+        return
+    try:
+        model.set_attn_implementation(wanted)
+    except (ImportError, ValueError, RuntimeError, OSError) as exc:
+        logger.warning("flash-attn is installed but transformers refused %s (%s); keeping %s", wanted, exc,
+                       model.config._attn_implementation)
+
+
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """``"float32"`` / ``"bfloat16"`` (or ``fp32`` / ``bf16``, or the torch dtype) -> torch dtype."""
+    """``"float32"`` / ``"bfloat16"`` / ``"float16"`` (or ``fp32`` / ``bf16`` / ``fp16``, or the torch dtype) -> torch dtype.
+    float16 loads only on CUDA (``load`` says so on a CPU)."""
     if isinstance(dtype, torch.dtype):
         for value in DTYPES.values():
             if dtype == value:

@@ -50,10 +50,20 @@ def test_missing_paths(isolated):
         load(str(isolated / "empty"))
 
 
-@pytest.mark.parametrize("dtype", ["float16", "int8", "fp64", torch.float16])
+@pytest.mark.parametrize("dtype", ["int8", "fp64", torch.float64])
 def test_bad_dtype_lists_the_choices(dtype):
-    with pytest.raises(ConfigError, match="float32, bfloat16"):
+    with pytest.raises(ConfigError, match="float32, bfloat16, float16"):
         load("smollm2-135m", dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "fp16", torch.float16])
+def test_float16_on_the_cpu_says_use_bf16_or_fp32(dtype):
+    """Decided: float16 is a CUDA dtype; on a CPU load refuses it before reading any weights."""
+    assert resolve_dtype(dtype) is torch.float16
+    with pytest.raises(ConfigError, match="on the CPU use dtype='bfloat16' or 'float32'"):
+        load("smollm2-135m", dtype=dtype)
+    with pytest.raises(ConfigError, match="on the CPU use"):
+        load("no/such-model", dtype=dtype, device="cpu")
 
 
 def test_dtype_aliases():

@@ -6,14 +6,15 @@ The engine knows nothing about tokenization: token ids in, token ids out.
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from ..config import LookaheadConfig
+from .attention import AttentionPlan, AttentionSwitch
 from .cache import KVCache
+from .clock import DeviceClock
 from .layout import DraftTree, Layout, PackedStep, additive_mask
 from .memory import AnswerMemory, MemorySource
 from .pool import NgramPool, PoolSource
@@ -49,7 +50,7 @@ class DecodeLog:
 class ModelRunner:
     """One model's forward with an explicit cache, mask and positions; detects the kwarg names once."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, *, attention: AttentionPlan | None = None) -> None:
         self.model = model
         cfg = getattr(model.config, "get_text_config", lambda: model.config)()
         self.num_layers = int(cfg.num_hidden_layers)
@@ -60,14 +61,20 @@ class ModelRunner:
         self.mask_types = sorted(set(layer_types)) if self.sliding_window else None
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        # per step kind: flash-attn for the causal forwards of a flash model, sdpa for packed ones
+        self.attention = AttentionSwitch.for_model(model, plan=attention)
+        self.loaded_attention = self.attention.current  # restored when the decode ends
 
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache(num_layers=self.num_layers, capacity=capacity)
 
     def forward(
-        self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *, mask=None, keep: torch.Tensor | int = 1
+        self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *, mask=None, keep: torch.Tensor | int = 1,
+        kind: str = "packed",
     ) -> torch.Tensor:
-        """Logits [m, V] for the kept positions (``keep``: an index tensor, or the last n)."""
+        """Logits [m, V] for the kept positions (``keep``: an index tensor, or the last n). ``kind``
+        ("prefill", "single", "packed") picks the attention implementation (``attention.py``)."""
+        self.attention.use(kind)
         out = self.model(
             input_ids=ids,
             position_ids=positions,
@@ -176,7 +183,7 @@ def prefill(runner: ModelRunner, cache: KVCache, prompt: torch.Tensor) -> torch.
     """Run the prompt; returns the logits [V] of the first new token. ``prompt``: [1, T]."""
     t = prompt.shape[1]
     positions = torch.arange(t, device=runner.device).unsqueeze(0)  # [1, T]
-    return runner.forward(prompt, positions, cache, keep=1)[-1]  # [V]
+    return runner.forward(prompt, positions, cache, keep=1, kind="prefill")[-1]  # [V]
 
 
 def decode_one_token(runner: ModelRunner, cache: KVCache, last: int) -> torch.Tensor:
@@ -184,33 +191,36 @@ def decode_one_token(runner: ModelRunner, cache: KVCache, last: int) -> torch.Te
     t = cache.length
     ids = torch.tensor([[last]], device=runner.device)
     positions = torch.tensor([[t]], device=runner.device)
-    return runner.forward(ids, positions, cache, keep=1)[-1]
+    return runner.forward(ids, positions, cache, keep=1, kind="single")[-1]
 
 
 def lookahead_step(
-    runner: ModelRunner, cache: KVCache, layout: Layout, drafter: Drafter, plan: StepPlan, verifier
+    runner: ModelRunner, cache: KVCache, layout: Layout, drafter: Drafter, plan: StepPlan, verifier,
+    clock: DeviceClock | None = None,
 ) -> tuple[list[int], StepOutcome]:
-    """One packed forward: verify the draft tree, advance the window, keep the accepted KV rows."""
-    t0 = time.perf_counter()
+    """One packed forward: verify the draft tree, advance the window, keep the accepted KV rows.
+    ``clock`` (default: the runner's device) times the step and its forward as finished work."""
+    clock = clock or DeviceClock(runner.device)
+    t0 = clock.now()
     base = cache.length  # = position of the last accepted token, which is not in the cache yet
     drafted = drafter.tree(plan)
     tree = drafted.tree
     lookup = drafted.found.get(PromptLookupSource.name, Candidates())
     rows = drafter.window_rows(plan)
     if len(tree) == 1 and rows is None:
-        tf = time.perf_counter()
+        tf = clock.now()
         logits = decode_one_token(runner, cache, tree.tokens[0])
         tok = verifier.first(logits, drafter.tokens)
-        forward_s = time.perf_counter() - tf
+        forward_s = clock.since(tf)
         return [tok], StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
-                                  accepted_from="none", step_s=time.perf_counter() - t0, forward_s=forward_s,
+                                  accepted_from="none", step_s=clock.since(t0), forward_s=forward_s,
                                   match_len=lookup.match_len)
     step = layout.build(tree, rows, t=base)
     mask = runner.packed_mask(step, base)
-    tf = time.perf_counter()
+    tf = clock.now()
     logits = runner.forward(step.input_ids, step.position_ids, cache, mask=mask, keep=step.keep)  # [m, V]
     path, new = verifier.verify(tree, logits[: step.n_tree], drafter.tokens)  # waits for the forward
-    forward_s = time.perf_counter() - tf
+    forward_s = clock.since(tf)
     if rows is not None:
         drafter.advance_window(logits[step.n_tree :].argmax(-1).tolist())
     cache.keep(base, [0] + path)
@@ -223,7 +233,7 @@ def lookahead_step(
         window_tokens=step.size - len(tree),
         accepted=len(path),
         accepted_from=drafted.accepted_from(path),
-        step_s=time.perf_counter() - t0,
+        step_s=clock.since(t0),
         forward_s=forward_s,
         longest_draft=max((len(d) for d in lookup.drafts), default=0),
         match_len=lookup.match_len,
@@ -243,14 +253,19 @@ def lookahead_decode(
     verifier=None,
     on_tokens: Callable[[list[int]], None] | None = None,
     memory: AnswerMemory | None = None,
+    clock: DeviceClock | None = None,
+    attention: AttentionPlan | None = None,
 ) -> tuple[list[int], DecodeLog]:
     """Greedy lookahead decoding of ``prompt`` [1, T]; returns the new tokens and the step log.
 
     Stops after ``max_new_tokens``, at the first of ``eos_ids`` (kept, as generate does) or when
     ``stop(new_tokens)`` is true. ``memory``: earlier answers as one more draft source (read only
-    here; the caller decides what to remember).
+    here; the caller decides what to remember). ``clock``: what times the steps (default: the model's device,
+    CUDA-synchronised). ``attention``: which implementation each step kind runs (default:
+    ``attention.model_plan``); the model's own implementation is restored on the way out.
     """
-    runner = ModelRunner(model)
+    runner = ModelRunner(model, attention=attention)
+    clock = clock or DeviceClock(runner.device)
     policy = policy or StaticPolicy(config)
     verifier = verifier or GreedyVerifier()
     prompt_list = prompt[0].tolist()
@@ -282,33 +297,36 @@ def lookahead_decode(
             done, log.stop_reason = True, "stop"
         return done
 
-    with torch.inference_mode():
-        t0 = time.perf_counter()
-        first = verifier.first(prefill(runner, cache, prompt.to(runner.device)), prompt_list)
-        log.prefill_ms = (time.perf_counter() - t0) * 1e3
-        if max_new_tokens <= 0:
-            log.stop_reason = "max_new_tokens"
-            return out, log
-        done = commit([first])
-        while not done:
-            tp = time.perf_counter()
-            plan = policy.plan()
-            tp = time.perf_counter() - tp
-            new, outcome = lookahead_step(runner, cache, layout, drafter, plan, verifier)
-            tu = time.perf_counter()
-            policy.update(outcome)
-            log.policy_ms += (tp + time.perf_counter() - tu) * 1e3
-            log.steps.append(
-                StepRecord(
-                    window=plan.window if drafter.window is not None else 0,
-                    guesses=plan.guesses,
-                    packed=outcome.packed,
-                    accepted=outcome.accepted,
-                    new_tokens=len(new),
-                    step_ms=outcome.step_s * 1e3,
-                    forward_ms=outcome.forward_s * 1e3,
-                    accepted_from=outcome.accepted_from,
+    try:
+        with torch.inference_mode():
+            t0 = clock.now()
+            first = verifier.first(prefill(runner, cache, prompt.to(runner.device)), prompt_list)
+            log.prefill_ms = clock.since(t0) * 1e3
+            if max_new_tokens <= 0:
+                log.stop_reason = "max_new_tokens"
+                return out, log
+            done = commit([first])
+            while not done:
+                tp = clock.now()
+                plan = policy.plan()
+                tp = clock.since(tp)
+                new, outcome = lookahead_step(runner, cache, layout, drafter, plan, verifier, clock)
+                tu = clock.now()
+                policy.update(outcome)
+                log.policy_ms += (tp + clock.since(tu)) * 1e3
+                log.steps.append(
+                    StepRecord(
+                        window=plan.window if drafter.window is not None else 0,
+                        guesses=plan.guesses,
+                        packed=outcome.packed,
+                        accepted=outcome.accepted,
+                        new_tokens=len(new),
+                        step_ms=outcome.step_s * 1e3,
+                        forward_ms=outcome.forward_s * 1e3,
+                        accepted_from=outcome.accepted_from,
+                    )
                 )
-            )
-            done = commit(new)
+                done = commit(new)
+    finally:
+        runner.attention.set(runner.loaded_attention)  # a flash model ends as it began
     return out, log
