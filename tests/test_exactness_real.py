@@ -96,3 +96,21 @@ def test_qwen25_coder_matches_hf_greedy(qwen05):
             ours = run_autolade(model, ids, max_new_tokens=32, config=cfg, policy=_policy(policy, cfg))
             div = divergence(ref.tokens, ours.tokens, ref)
             assert div is None or div.within_noise(NOISE), f"case {j} {name}: diverged at {div.index}, top-2 gap {div.gap_top2}"
+
+
+def test_smollm2_with_memory_matches_hf_greedy(smollm2):
+    """The n-gram memory warmed with earlier HumanEval answers (its drafts get accepted) leaves fp32 greedy exact."""
+    model, tok = smollm2
+    eos = eos_ids(model)
+    prompts = _prompts(tok, "code", 6)
+    for ids in prompts[:3]:  # earlier requests: remembered
+        run_autolade(model, ids, max_new_tokens=96, config=LOOKUP16x3, memory=True, workload="code")
+    used = 0
+    for ids in prompts[3:]:
+        ref = greedy_reference(model, ids, max_new_tokens=96, eos=eos)
+        ours = run_autolade(model, ids, max_new_tokens=96, config=LOOKUP16x3, memory="read", workload="code")
+        div = divergence(ref.tokens, ours.tokens, ref)
+        assert div is None or div.within_noise(NOISE), f"diverged at {div.index}, top-2 gap {div.gap_top2}"
+        assert ours.stats.memory.startswith("3 answers")
+        used += ours.stats.accepted_by.get("memory", 0)
+    assert used > 0  # the memory's drafts were really verified and accepted
