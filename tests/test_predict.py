@@ -121,3 +121,22 @@ def test_format_predictions_lists_every_setting():
     text = format_predictions(predict(table(GREEDY_ROW, LOOKUP_ROW, WINDOW_ROW), curve(STEEP)))
     assert text.splitlines()[0].startswith("setting")
     assert all(label in text for label in ("greedy", LOOKUP.label, "W4 N4 G4"))
+
+
+def test_the_builtin_default_is_displaced_only_by_a_clear_margin():
+    """On a CPU the built-in default (scaled lookup) keeps its place unless another setting is
+    predicted at least 3% faster: a few percent of prediction error must not trade it for a guess."""
+    from autolade.settings import CPU_DEFAULT
+
+    default = Setting.of(CPU_DEFAULT)
+    steep = curve(STEEP)
+    base = row(default, {1: 40, 3: 60}, 180)
+    close = row(LOOKUP, {1: 40, 3: 60}, 183)  # 1.7% more tokens at the same cost
+    clear = row(LOOKUP, {1: 40, 3: 60}, 195)  # 8% more
+    assert choose(table(GREEDY_ROW, base, close), steep).setting == default
+    assert choose(table(GREEDY_ROW, base, clear), steep).setting == LOOKUP
+    # without the default's row the best setting wins as before
+    assert choose(table(GREEDY_ROW, close), steep).setting == LOOKUP
+    # a GPU curve has no tabulated incumbent (its default is adaptive)
+    gpu = StepCurve(points=steep.points, device="cuda:0")
+    assert choose(table(GREEDY_ROW, base, close), gpu).setting == LOOKUP
