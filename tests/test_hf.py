@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import torch
-from test_sampling import ALPHA, K, chi_square_p, exact_joint, peaky_llama
+from test_sampling import ALPHA, K, chi_square_p, exact_joint, peaky
 from tiny import hf_greedy, repetitive_prompt, tiny_gemma3, tiny_llama
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, TextIteratorStreamer, pipeline
@@ -236,7 +236,7 @@ SAMPLES = 1000
 
 
 def test_sampling_with_seed_equals_autolade_generate(ids):
-    m = peaky_llama()
+    m = peaky("llama")
     ids = ids % 63 + 1  # the peaky model's vocab is 64 and its pad token 0 (generate would mask it as padding)
     for seed in range(3):
         ours = m.generate(ids, max_new_tokens=16, custom_generate=autolade.hf.lookahead, do_sample=True, seed=seed, **WARPED, **W2)
@@ -247,7 +247,7 @@ def test_sampling_with_seed_equals_autolade_generate(ids):
 def test_sampling_keeps_the_distribution():
     """Chi-square of the first K tokens over SAMPLES seeds against the exact warped joint
     distribution (test_sampling's method), with transformers building the warpers."""
-    m = peaky_llama()
+    m = peaky("llama")
     start = torch.tensor([[5, 17, 33, 9, 40, 2, 61, 12]])
     torch.manual_seed(3)
     prompt = m.generate(start, attention_mask=torch.ones_like(start), do_sample=True, top_k=0, max_new_tokens=100)
