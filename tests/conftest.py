@@ -64,3 +64,15 @@ def qwen05():
         return load("qwen2.5-coder-0.5b", dtype="float32")
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: a tiny model is all op overhead, and with 2 threads on a busy 2-core box each
+    op can wait a scheduler tick (10x slower)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -113,13 +113,6 @@ def tiny_model_dir(path):
     return path
 
 
-@pytest.fixture
-def one_thread():
-    # a tiny model is all op overhead; with 2 threads on a busy 2-core box each op can wait a scheduler tick
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_profile_command_on_a_tiny_model(home, tmp_path, one_thread):

@@ -149,13 +149,6 @@ def test_gpu_derived_figures_are_estimates():
 # --- measuring the curve -----------------------------------------------------------------
 
 
-@pytest.fixture
-def one_thread():
-    # a tiny model is all op overhead; with 2 threads on a busy 2-core box each op can wait a scheduler tick
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_measure_step_curve_tiny_llama(one_thread):

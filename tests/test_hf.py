@@ -30,13 +30,7 @@ CHARS = [chr(c) for c in range(32, 127)] + ["\n"]  # 96 tokens: the tiny models'
 W2 = dict(window=2, ngram=3, guesses=2)  # explicit lookahead settings (window + pool + prompt lookup)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: extra torch threads only contend on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run on one thread
 
 
 @pytest.fixture(scope="module")

@@ -71,13 +71,7 @@ def own_sample(model) -> torch.Tensor:
     return model.generate(start, attention_mask=torch.ones_like(start), do_sample=True, top_k=0, max_new_tokens=100)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """A tiny model: extra torch threads only contend (10x slower on a busy 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: tiny models run on one thread
 
 
 @pytest.fixture(scope="module")
