@@ -52,7 +52,9 @@ class GenerateStats:
             f"{self.tokens_per_s:.1f} tok/s, {self.wall_s:.2f} s; forward {self.forward_ms:.0f} ms, "
             f"autolade overhead {self.overhead_ms:.0f} ms, policy {self.policy_ms:.1f} ms; settings W={self.settings['window']} "
             f"N={self.settings['ngram']} G={self.settings['guesses']} "
-            f"lookup={self.settings['prompt_lookup']} ({self.settings_source}), policy {self.policy}"
+            f"lookup={self.settings['prompt_lookup']} ({self.settings_source}), policy {self.policy}; "
+            f"memory: {self.memory}" + (f" ({self.accepted_by.get('memory', 0)} draft tokens accepted from it)"
+                                         if self.memory != "off" else "")
         )
 
 
