@@ -475,7 +475,6 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
 
     from . import api
     from .acceptance import (
-        add_replayed_rows,
         compact_grid,
         default_grid,
         empty_table,
@@ -483,10 +482,10 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
         measure_acceptance,
         model_tokenizer_fingerprint,
         read_acceptance_file,
-        read_traces,
         replayable,
         write_acceptance_file,
     )
+    from .acceptance_replay import add_replayed_rows, read_traces
     from .models import model_fingerprint
     from .prompts import HOLDOUT_FRACTION, encode_prompt, load_workload, split_workload, workload_tag
     from .store import ProfileStore

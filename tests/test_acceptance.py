@@ -17,14 +17,11 @@ from autolade.acceptance import (
     AcceptanceRow,
     AcceptanceTable,
     Setting,
-    add_replayed_rows,
     compact_grid,
     default_grid,
-    empty_table,
     import_acceptance,
     lookup_grid,
     measure_acceptance,
-    measure_row,
     read_acceptance_file,
     tokenizer_fingerprint,
     write_acceptance_file,
@@ -355,24 +352,6 @@ def test_measure_smollm2_two_prompts(smollm2):
 # --- rows counted by replay ----------------------------------------------------------------
 
 
-def test_a_replayed_row_counts_exactly_what_the_engine_counts():
-    """fp32 tiny model: replaying HF greedy outputs gives the engine's own steps, packed sizes and tokens."""
-    model = tiny_llama()
-    prompts = [repetitive_prompt(seed=s) for s in range(3)]
-    settings = [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING,
-                Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=2), policy="lookup")]
-    empty = empty_table(model, workload="chat", max_new_tokens=40, prompts=1)
-    replayed = add_replayed_rows(empty, model, prompts, settings + [WINDOW])
-    assert [r.label for r in replayed.rows] == [s.label for s in settings]  # the window is not replayable
-    assert replayed.prompts == 3
-    for setting in settings:
-        engine = measure_row(model, prompts, setting, max_new_tokens=40)
-        got = replayed.row(setting.label)
-        assert got.counted_by == "replay" and got.prompts == 3
-        assert (got.steps, got.tokens, got.packed_hist) == (engine.steps, engine.tokens, engine.packed_hist)
-        assert got.tokens_per_step_mean == pytest.approx(engine.tokens_per_step_mean)
-
-
 def test_replayed_rows_round_trip_and_only_lookup_rows_may_be_replayed(tmp_path):
     t = table(row(GREEDY_SETTING, hist={1: 100}, tokens=100), row(prompts=40, counted_by="replay", tokens=4000,
                                                                    hist={1: 1000, 5: 1000}), prompts=10)
@@ -414,26 +393,3 @@ def test_cli_accept_lookup_grid_counts_by_replay_alone(tmp_path):
     table = read_acceptance_file(out)
     assert table.workload == "mine" and table.prompts == 4 and len(table.rows) == len(lookup_grid())
     assert all(r.counted_by == "replay" and r.prompts == 4 for r in table.rows)
-
-
-def test_rows_counted_on_fewer_prompts_carry_the_samples_bias():
-    """A window row counted by the engine on the first prompt only gets the factor by which the replayed
-    settings accepted more (or less) on all prompts than on that one; prediction applies it."""
-    from autolade.curve import StepCurve
-    from autolade.predict import predict_row
-
-    model = tiny_llama()
-    easy = repetitive_prompt(seed=0)
-    hard = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:40].add(3)
-    base = measure_acceptance(model, [easy], [WINDOW, GREEDY_SETTING], max_new_tokens=40, workload="chat")
-    grown = add_replayed_rows(base, model, [easy, hard, hard.flip(0)], [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING])
-    win = grown.row(WINDOW.label)
-    assert grown.row_prompts(win) == 1 and win.counted_by == "engine" and grown.prompts == 3
-    assert win.sample_scale < 1.0  # the first prompt was the easy one
-    assert grown.row(GREEDY_SETTING.label).sample_scale == 1.0 and grown.row(GREEDY_SETTING.label).prompts == 3
-    flat = StepCurve(points={256: {k: 10.0 for k in (1, 2, 4, 8, 16, 32, 64)}})
-    assert predict_row(win, flat, context=100).tokens_per_step == pytest.approx(win.tokens_per_step * win.sample_scale)
-    back = AcceptanceTable.from_json(grown.to_json())
-    assert back.row(WINDOW.label).sample_scale == win.sample_scale
-    with pytest.raises(ProfileError, match="sample_scale"):
-        row(sample_scale=50.0)

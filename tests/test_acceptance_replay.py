@@ -1,0 +1,54 @@
+"""autolade.acceptance_replay: rows counted by replaying greedy outputs, and the sample scale of the rest."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autolade.acceptance import GREEDY_SETTING, AcceptanceTable, Setting, empty_table, measure_acceptance, measure_row
+from autolade.acceptance_replay import add_replayed_rows
+from autolade.config import SCALED_LOOKUP, LookaheadConfig
+from autolade.errors import ProfileError
+from tests.test_acceptance import LOOKUP4, WINDOW, row
+from tests.tiny import repetitive_prompt, tiny_llama
+
+
+def test_a_replayed_row_counts_exactly_what_the_engine_counts():
+    """fp32 tiny model: replaying HF greedy outputs gives the engine's own steps, packed sizes and tokens."""
+    model = tiny_llama()
+    prompts = [repetitive_prompt(seed=s) for s in range(3)]
+    settings = [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING,
+                Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=2), policy="lookup")]
+    empty = empty_table(model, workload="chat", max_new_tokens=40, prompts=1)
+    replayed = add_replayed_rows(empty, model, prompts, settings + [WINDOW])
+    assert [r.label for r in replayed.rows] == [s.label for s in settings]  # the window is not replayable
+    assert replayed.prompts == 3
+    for setting in settings:
+        engine = measure_row(model, prompts, setting, max_new_tokens=40)
+        got = replayed.row(setting.label)
+        assert got.counted_by == "replay" and got.prompts == 3
+        assert (got.steps, got.tokens, got.packed_hist) == (engine.steps, engine.tokens, engine.packed_hist)
+        assert got.tokens_per_step_mean == pytest.approx(engine.tokens_per_step_mean)
+
+
+def test_rows_counted_on_fewer_prompts_carry_the_samples_bias():
+    """A window row counted by the engine on the first prompt only gets the factor by which the replayed
+    settings accepted more (or less) on all prompts than on that one; prediction applies it."""
+    from autolade.curve import StepCurve
+    from autolade.predict import predict_row
+
+    model = tiny_llama()
+    easy = repetitive_prompt(seed=0)
+    hard = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:40].add(3)
+    base = measure_acceptance(model, [easy], [WINDOW, GREEDY_SETTING], max_new_tokens=40, workload="chat")
+    grown = add_replayed_rows(base, model, [easy, hard, hard.flip(0)], [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING])
+    win = grown.row(WINDOW.label)
+    assert grown.row_prompts(win) == 1 and win.counted_by == "engine" and grown.prompts == 3
+    assert win.sample_scale < 1.0  # the first prompt was the easy one
+    assert grown.row(GREEDY_SETTING.label).sample_scale == 1.0 and grown.row(GREEDY_SETTING.label).prompts == 3
+    flat = StepCurve(points={256: {k: 10.0 for k in (1, 2, 4, 8, 16, 32, 64)}})
+    assert predict_row(win, flat, context=100).tokens_per_step == pytest.approx(win.tokens_per_step * win.sample_scale)
+    back = AcceptanceTable.from_json(grown.to_json())
+    assert back.row(WINDOW.label).sample_scale == win.sample_scale
+    with pytest.raises(ProfileError, match="sample_scale"):
+        row(sample_scale=50.0)
