@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -78,8 +78,9 @@ def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any]
         traces.append(Trace(tuple(ids[0].tolist()), tuple(out)))
         if progress is not None:
             progress(f"  greedy output {i + 1}/{len(prompts)}: {len(out)} tokens")
+    whole = {s.label: replay_row(s, traces) for s in wanted}
     for setting in wanted:
-        row = replay_row(setting, traces)
+        row = whole[setting.label]
         if setting.label in {r.label for r in table.rows} and table.row_prompts(table.row(setting.label)) >= len(traces):
             continue
         table = table.with_row(row)
@@ -87,11 +88,13 @@ def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any]
             progress(f"  {setting.label:<36} {row.tokens_per_step:.3f} tokens/step over {len(traces)} prompts (replayed)")
     # rows the engine counted on the first n prompts only (windows): how much easier or harder those n prompts
     # were than all of them, measured on the replayed settings, so prediction compares like with like
-    scaled = []
+    scaled, scales = [], {}
     for r in table.rows:
         n = table.row_prompts(r)
         if r.counted_by == "engine" and n < len(traces):
-            scale = sample_scale(wanted, traces, n)
+            if n not in scales:  # one per prompt count, not per row
+                scales[n] = sample_scale(wanted, traces, n, whole=whole)
+            scale = scales[n]
             if progress is not None:
                 progress(f"  {r.label:<36} counted on {n} prompts: tokens/step x {scale:.3f} for all {len(traces)}")
             r = replace(r, sample_scale=scale)
@@ -99,14 +102,16 @@ def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any]
     return replace(table, rows=tuple(scaled), prompts=max(table.prompts, len(traces)))
 
 
-def sample_scale(settings: Sequence[Setting], traces: Sequence[Any], n: int) -> float:
+def sample_scale(settings: Sequence[Setting], traces: Sequence[Any], n: int, *,
+                 whole: Mapping[str, AcceptanceRow] | None = None) -> float:
     """Geometric mean over the replayable non-greedy ``settings`` of tokens/step on all ``traces`` over
-    tokens/step on the first ``n``: the prompt sample's bias, to carry a row counted on ``n`` to all."""
+    tokens/step on the first ``n``: the prompt sample's bias, to carry a row counted on ``n`` to all.
+    ``whole``: the settings' rows over all ``traces`` when already replayed (by label)."""
     ratios = []
     for s in settings:
         if replayable(s) and not s.greedy:
-            whole, part = replay_row(s, traces), replay_row(s, traces[:n])
-            ratios.append(whole.tokens_per_step / part.tokens_per_step)
+            all_rows = whole[s.label] if whole is not None else replay_row(s, traces)
+            ratios.append(all_rows.tokens_per_step / replay_row(s, traces[:n]).tokens_per_step)
     return min(max(math.exp(statistics.fmean(math.log(x) for x in ratios)), 0.2), 5.0) if ratios else 1.0
 
 

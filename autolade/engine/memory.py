@@ -78,8 +78,9 @@ class AnswerMemory:
         self._extend(ans)
         limit = self.config.max_tokens
         if self.tokens > limit:
-            while len(self._answers) > 1 and sum(map(len, self._answers)) > limit * 3 // 4:
-                self._answers.popleft()  # evict down to 3/4 so the rebuild is amortised
+            kept = self.tokens
+            while len(self._answers) > 1 and kept > limit * 3 // 4:
+                kept -= len(self._answers.popleft())  # evict down to 3/4 so the rebuild is amortised
             self._rebuild()
 
     def add_many(self, answers: Iterable[Sequence[int]]) -> None:
