@@ -11,6 +11,7 @@ import torch
 from .config import LookaheadConfig
 from .engine.clock import DeviceClock
 from .engine.decode import DecodeLog, lookahead_decode
+from .engine.memory import AnswerMemory
 from .engine.sampling import SamplingVerifier, make_verifier, reject_unsupported
 from .errors import ConfigError, InputError
 from .models import eos_ids
@@ -94,7 +95,7 @@ def generate(
     min_p: float | None = None,
     repetition_penalty: float | None = None,
     seed: int | None = None,
-    memory: bool | str | None = None,
+    memory: bool | str | AnswerMemory | None = None,
     **unsupported: Any,
 ) -> GenerateResult:
     """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
@@ -113,7 +114,8 @@ def generate(
 
     ``memory=True``: earlier answers of this model and workload (the store's n-gram memory, see
     ``autolade.memory``) are one more draft source, and this answer is remembered; ``"read"``: drafts
-    from the memory, remembers nothing; ``False``: neither; None: ``MEMORY_DEFAULT`` when greedy, off
+    from the memory, remembers nothing; an ``AnswerMemory`` object: drafts from that one, remembers
+    nothing (the tuner's way); ``False``: neither; None: ``MEMORY_DEFAULT`` when greedy, off
     when sampling (a sample's random draws follow the drafts, so a seed would not repeat a sample once
     the memory grew). Greedy output is the same either way; sampled output keeps its distribution.
     """
@@ -148,7 +150,7 @@ def run_engine(
     stop: Callable[[list[int]], bool] | None,
     on_tokens: Callable[[list[int]], None] | None,
     verifier: Any,
-    memory: bool | str | None = None,
+    memory: bool | str | AnswerMemory | None = None,
 ) -> GenerateResult:
     """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
     resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
@@ -175,10 +177,12 @@ def run_engine(
     return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note))
 
 
-def _open_memory(model: torch.nn.Module, mode: bool | str, workload: str | None):
+def _open_memory(model: torch.nn.Module, mode: bool | str | AnswerMemory, workload: str | None):
     """(AnswerMemory or None, what res.stats.memory says, a callable that remembers the answer or None)."""
+    if isinstance(mode, AnswerMemory):
+        return mode, f"{len(mode)} answers ({mode.tokens} tokens), given by the caller, read only", None
     if mode not in (True, False, "read"):
-        raise ConfigError(f"memory must be True, False, 'read' or None (the default), got {mode!r}")
+        raise ConfigError(f"memory must be True, False, 'read', an AnswerMemory or None (the default), got {mode!r}")
     if mode is False:
         return None, "off", None
     from .memory import memory_bank, memory_path

@@ -403,10 +403,12 @@ def parse_duration(text: str | None) -> float | None:
 @click.option("--holdout-prompts", type=int, default=8, show_default=True)
 @click.option("--no-policy", is_flag=True, help="search static W/N/G only")
 @click.option("--no-paper", is_flag=True, help="skip measuring the paper's A100 setting on the held-out split")
+@click.option("--memory", is_flag=True, help="trials also draft from this model's n-gram memory of the workload "
+              "(read only; each prompt's own earlier answers left out); its own study")
 @click.option("--report", "report_png", default=None, help="PNG report path (default: user dir)")
 @clean_errors
 def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_tokens, tune_prompts, holdout_prompts,
-         no_policy, no_paper, report_png):
+         no_policy, no_paper, memory, report_png):
     """Search W/N/G (and the runtime policy) for this machine, model and workload; save the winner."""
     from . import api
     from .curve import stored_dtype_advice, stored_or_measured
@@ -419,7 +421,8 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
     from .tune import tune as run_tune
 
     opts = TuneOptions(trials=trials, budget_s=parse_duration(budget), max_new_tokens=max_new_tokens,
-                       tune_prompts=tune_prompts, holdout_prompts=holdout_prompts, search_policy=not no_policy)
+                       tune_prompts=tune_prompts, holdout_prompts=holdout_prompts, search_policy=not no_policy,
+                       memory=memory)
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype)
     hardware = probe_hardware(quick=True)
@@ -429,7 +432,7 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
     recommended, why = stored_dtype_advice(curve, store=store, hardware=hardware, model_fingerprint=fp)
     if recommended is not None and recommended != fp["dtype"]:
         click.echo(f"note: {recommended} recommended on this machine ({why}); tuning {fp['dtype']} as asked", err=True)
-    name = study_name or study_name_for(hardware.fingerprint, fp["name"], fp["dtype"], workload_tag(workload))
+    name = study_name or study_name_for(hardware.fingerprint, fp["name"], fp["dtype"], workload_tag(workload), memory=memory)
     report_png = report_png or str(user_dir() / "reports" / f"{name}.png")
     res = run_tune(mdl, tok, model_name=fp["name"], workload=workload, options=opts, storage=storage,
                    study_name=name, store=store, hardware=hardware, curve=curve, compare_paper=not no_paper,

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .config import LookaheadConfig
+from .engine.memory import AnswerMemory
 from .errors import ConfigError
 from .harness import (
     TIMER,
@@ -60,6 +61,7 @@ class TuneOptions:
     max_ngram: int = 6  # search bound for N
     search_policy: bool = True  # search the runtime policy (static/adaptive/lookup/cost-aware) and its knobs
     search_cost_aware: bool = True  # offer the cost-aware policy (tune() turns it off when it has no step curve)
+    memory: bool = False  # trials also draft from the stored n-gram memory of this model and workload (read only)
     seed: int = 0  # sampler seed and split seed
 
     def __post_init__(self) -> None:
@@ -124,9 +126,12 @@ class Runner:
     """Times greedy, HF prompt lookup and autolade on one prompt (``autolade.harness``), and checks exactness."""
 
     def __init__(self, model, *, max_new_tokens: int, eos: Sequence[int],
-                 cost: Callable[[float], float] | None = None, timer: Timer = TIMER) -> None:
+                 cost: Callable[[float], float] | None = None, timer: Timer = TIMER,
+                 memory: AnswerMemory | None = None) -> None:
         self.model = model
         self.cost = cost  # this machine's c(k), for the cost-aware policy
+        self.memory = memory  # earlier answers, one more draft source (each prompt's own answer left out)
+        self._own: dict[int, AnswerMemory] = {}
         self.n = max_new_tokens
         self.eos = list(eos)
         self.timer = timer
@@ -149,12 +154,31 @@ class Runner:
         ref = self.reference(key, ids)
         policy = make_policy(cand.policy, cand.config, cost=self.cost)
         run = run_autolade(self.model, ids, max_new_tokens=self.n, config=cand.config, policy=policy, eos=self.eos,
-                           timer=self.timer)
+                           timer=self.timer, memory=self.memory_for(key, ref.tokens))
         div = divergence(ref.tokens, run.tokens, ref)
         if div is not None and not div.within_noise(self.noise):
             gap = "unknown" if div.gap_top2 is None else f"{div.gap_top2:.3g}"
             raise ExactnessError(f"{cand.label()}: token {div.index} differs from greedy, top-2 gap {gap}")
         return run.seconds, len(run.tokens), run.stats, None if div is None else div.gap_top2
+
+    def memory_for(self, key: int, answer: Sequence[int]) -> AnswerMemory | bool:
+        """The memory this prompt drafts from: every remembered answer but its own earlier ones
+        (``own_answer``), so a trial is not sped up by reading the answer it is being timed on.
+        False without a memory."""
+        if self.memory is None:
+            return False
+        if key not in self._own:
+            mem = AnswerMemory(self.memory.config)
+            mem.add_many(a for a in self.memory.answers() if not own_answer(a, answer))
+            self._own[key] = mem
+        return self._own[key]
+
+
+def own_answer(remembered: Sequence[int], answer: Sequence[int], *, prefix: int = 16) -> bool:
+    """Whether a remembered answer is this prompt's own (an earlier run of it): both begin with
+    the same ``prefix`` tokens (or all of the shorter one)."""
+    n = min(prefix, len(remembered), len(answer))
+    return n > 0 and list(remembered[:n]) == list(answer[:n])
 
 
 def measure(runner: Runner, prompts: Sequence[torch.Tensor], cand: Candidate, *, pld: bool = False,
@@ -354,8 +378,10 @@ def record_trial(store, model, tokenizer, runs: Sequence[tuple[int, Any]], cand:
     return store.save_acceptance(table.with_row(row))
 
 
-def study_name_for(hardware: str, model: str, dtype: str, workload: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]+", "-", f"{model}-{dtype}-{workload}-{hardware}")[:120]
+def study_name_for(hardware: str, model: str, dtype: str, workload: str, *, memory: bool = False) -> str:
+    """The default study name; a study with the memory is its own study (its trials measure more)."""
+    name = f"{model}-{dtype}-{workload}{'-memory' if memory else ''}-{hardware}"
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", name)[:120]
 
 
 @contextmanager
@@ -408,10 +434,11 @@ def tune(
     enc = lambda ps: [encode_prompt(tokenizer, p.text, kind=p.kind) for p in ps]
     tune_ids, hold_ids = enc(tune_split[: opts.tune_prompts]), enc(hold_split[: opts.holdout_prompts])
     runner = Runner(model, max_new_tokens=opts.max_new_tokens, eos=eos_ids(model),
-                    cost=curve.cost if curve is not None else None)
+                    cost=curve.cost if curve is not None else None,
+                    memory=_stored_memory(model, tag, log) if opts.memory else None)
     hw_fp = hardware.fingerprint if hardware is not None else "unknown"
     storage = storage or default_storage_url()
-    study_name = study_name or study_name_for(hw_fp, model_name, dtype, tag)
+    study_name = study_name or study_name_for(hw_fp, model_name, dtype, tag, memory=opts.memory)
     max_window = _curve_max_window(curve, opts)
     table = _find_table(store, model, tokenizer, tag, dtype, log)
 
@@ -454,7 +481,10 @@ def tune(
         m = measure(runner, tune_ids, cand, on_prompt=report)
         trial.set_user_attr("tokens_per_step", sum(m.tokens) / max(sum(m.steps), 1))
         trial.set_user_attr("gaps", m.gaps)
-        record_trial(store, model, tokenizer, m.runs, cand, workload=tag, max_new_tokens=opts.max_new_tokens)
+        if runner.memory is None:  # an acceptance table counts the setting alone, never the memory's share
+            record_trial(store, model, tokenizer, m.runs, cand, workload=tag, max_new_tokens=opts.max_new_tokens)
+        else:
+            trial.set_user_attr("memory_accepted", sum(s.accepted_by.get("memory", 0) for _, s in m.runs))
         return m.ratio()
 
     run_trials(study, objective, trials=opts.trials, budget_s=opts.budget_s, catch=(ExactnessError,), progress=progress)
@@ -495,10 +525,28 @@ def tune(
         finalists=finals,
     )
     if store is not None and hardware is not None:
-        result.profile_id = _save(store, hardware, model, model_name, dtype, tag, result, curve, len(hold_ids))
+        result.profile_id = _save(store, hardware, model, model_name, dtype, tag, result, curve, len(hold_ids),
+                                  memory=runner.memory is not None)
     if report_png is not None:
         result.report_png = plot_study(study, report_png)
     return result
+
+
+def _stored_memory(model, tag: str, log: Callable[[str], None]) -> AnswerMemory | None:
+    """The store's n-gram memory of this model and workload (``autolade.memory``), or None (said why)."""
+    from .memory import memory_bank, memory_path
+    from .models import model_fingerprint
+    from .profile_format import model_key
+
+    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+    mem, note = memory_bank(str(memory_path())).memory(
+        model_key=model_key(model_fingerprint(model)), workload=tag, vocab_size=int(getattr(cfg, "vocab_size", 0) or 1 << 31))
+    if mem is None or len(mem) == 0:
+        log(f"memory: {note if mem is None else 'empty'}; trials run without it "
+            "(greedy `autolade generate` runs fill it, or `autolade memory import FILE`)")
+        return None
+    log(f"memory: {note}; each prompt's own earlier answers left out")
+    return mem
 
 
 def _find_table(store, model, tokenizer, tag: str, dtype: str, log: Callable[[str], None]):
@@ -537,7 +585,8 @@ def _params_of(config: LookaheadConfig, policy: dict | None) -> dict[str, Any]:
     return params
 
 
-def _save(store, hardware, model, model_name, dtype, tag, result: TuneResult, curve, n_hold: int) -> int:
+def _save(store, hardware, model, model_name, dtype, tag, result: TuneResult, curve, n_hold: int, *,
+          memory: bool = False) -> int:
     from .models import model_fingerprint
     from .profile_format import Profile
 
@@ -551,7 +600,7 @@ def _save(store, hardware, model, model_name, dtype, tag, result: TuneResult, cu
         baseline_tokens_per_s=sum(h.tokens) / sum(h.greedy_s),
         prompt_set=f"{tag}[held-out {n_hold}]", hardware_summary=hardware.summary(),
         step_curve=curve.to_dict() if curve is not None else None,
-        notes=f"tuned by autolade tune: study {result.study_name}, 95% CI {result.ci[0]:.2f}-{result.ci[1]:.2f}, "
+        notes=f"tuned by autolade tune{' with the n-gram memory' if memory else ''}: study {result.study_name}, 95% CI {result.ci[0]:.2f}-{result.ci[1]:.2f}, "
               f"{result.vs_pld:.2f}x HF prompt lookup",
     )
     return store.save(prof)

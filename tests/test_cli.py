@@ -63,3 +63,10 @@ def test_tune_a_hub_alias_end_to_end_offline(tmp_path, monkeypatch):
     listed = CliRunner().invoke(cli, ["profiles", "list"])
     assert "codellama/CodeLlama-7b" in listed.output, listed.output  # the model column (22 characters)
     assert (tmp_path / "r.png").stat().st_size > 1000
+    # --memory with nothing remembered yet: said, and the trials run without it, in their own study
+    res = CliRunner().invoke(cli, ["tune", "--model", "codellama-7b-instruct", "--workload", str(prompts),
+                                   "--trials", "1", "--max-new-tokens", "8", "--tune-prompts", "1", "--memory",
+                                   "--holdout-prompts", "1", "--no-paper", "--storage", f"sqlite:///{tmp_path / 'o.db'}",
+                                   "--report", str(tmp_path / "r2.png")])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "memory: empty; trials run without it" in res.output and "-memory-" in res.output

@@ -9,6 +9,7 @@ import torch
 
 from autolade import api
 from autolade.config import LookaheadConfig
+from autolade.engine.memory import AnswerMemory
 from autolade.errors import ConfigError
 from autolade.hardware import probe_hardware
 from autolade.harness import Reference
@@ -20,7 +21,9 @@ from autolade.tune import (
     TuneOptions,
     bootstrap_ci,
     candidate_from_params,
+    own_answer,
     pick_finalists,
+    study_name_for,
     suggest,
     tune,
 )
@@ -150,3 +153,41 @@ def test_quiet_optuna_and_the_report_leave_global_state_alone(tmp_path, foreign_
         optuna.logging.set_verbosity(before)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert matplotlib.get_backend() == foreign_backend
+
+
+def test_trials_draft_from_the_memory_but_never_from_the_prompts_own_answer(tmp_path, monkeypatch):
+    """``tune --memory``: a trial's autolade runs draft from the remembered answers, except the timed
+    prompt's own earlier answer (it would make any setting look fast); the tokens stay greedy's."""
+    from tiny import tiny_llama
+
+    monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
+    model = tiny_llama()
+    ids = torch.randperm(90, generator=torch.Generator().manual_seed(3))[:30].add(3).unsqueeze(0)
+    cand = Candidate(LookaheadConfig(window=0, guesses=0, prompt_lookup=8, prompt_lookup_drafts=1), None)
+    plain = Runner(model, max_new_tokens=60, eos=[])
+    ref = plain.reference(0, ids).tokens
+    _, _, alone, _ = plain.ours(0, ids, cand)
+    assert alone.memory == "off"
+
+    own = AnswerMemory()
+    own.add(ref)  # an earlier run of this very prompt
+    runner = Runner(model, max_new_tokens=60, eos=[], memory=own)
+    _, n, stats, gap = runner.ours(0, ids, cand)  # exact (else ExactnessError), and nothing read from its own answer
+    assert n == 60 and gap is None
+    assert stats.memory.startswith("0 answers") and stats.accepted_by.get("memory", 0) == 0
+    assert stats.steps == alone.steps
+
+    other = AnswerMemory()
+    other.add_many([ref, [7, 8, 9] + ref[12:]])  # another answer that shares this one's middle and end
+    runner = Runner(model, max_new_tokens=60, eos=[], memory=other)
+    _, n, stats, _ = runner.ours(0, ids, cand)
+    assert n == 60 and stats.memory.startswith("1 answers")
+    assert stats.accepted_by.get("memory", 0) > 0 and stats.steps < alone.steps
+    assert len(other) == 2  # the store's memory itself is never changed
+
+
+def test_own_answer_and_the_memory_study_name():
+    assert own_answer([1, 2, 3, 4], [1, 2, 3, 4, 5]) and own_answer(list(range(40)), list(range(16)) + [99])
+    assert not own_answer([9, 2, 3], [1, 2, 3]) and not own_answer([], [1, 2])
+    plain, mem = study_name_for("cpu:x", "m", "float32", "code"), study_name_for("cpu:x", "m", "float32", "code", memory=True)
+    assert mem != plain and "-memory-" in mem
