@@ -207,11 +207,18 @@ class CostAwarePolicy:
     run); the cost side is this machine's measured c(k). Where c(k) is irregular (fp32 on the 2-core
     EPYC: 3 packed tokens cost 2x one, 8 cost 1.5x) that avoids the expensive sizes; replayed over
     held-out greedy outputs it ran 1.07x-1.09x static scaled lookup in fp32 and 0.99x-1.00x in bf16,
-    whose curve is smooth (BENCHMARKS.md)."""
+    whose curve is smooth (BENCHMARKS.md).
+
+    The curve is where it starts, not what it believes to the end: each step's measured wall time
+    corrects c(k) for its size class (1, 2-3, 4-7, ... packed tokens) by an EMA of measured / curve
+    time, so a curve taken on a busier or different machine (the 0.5B Qwen's fp32 curve here said 8
+    packed tokens cost 1.3x one; steps of that size ran at ~1.5x) stops steering it into steps that
+    lose, and it falls back to plain greedy steps where drafting does not pay."""
 
     name = "cost-aware"
     LENGTHS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # draft lengths it chooses among (capped by the config)
     PRIOR = 2.0  # pseudo-observations behind the starting guess of each position's acceptance
+    MEASURED_EMA = 0.1  # weight of one step's measured/curve time ratio in its size class's estimate
 
     def __init__(self, config: LookaheadConfig, *, cost: Callable[[float], float]) -> None:
         self.config = config
@@ -221,18 +228,35 @@ class CostAwarePolicy:
         self.reached = [[0.0] * (self.max_len + 1) for _ in range(self.levels + 1)]  # [m][i]: offered with i-1 accepted
         self.passed = [[0.0] * (self.max_len + 1) for _ in range(self.levels + 1)]  # [m][i]: ... and accepted
         self.drafts_found = 1.0  # EMA of distinct drafts per step: packed ~ 1 + L x this
+        self.measured: dict[int, float] = {}  # size class (packed.bit_length()) -> EMA of measured / curve time
         self.lens = tuple(self._best_length(m) for m in range(1, self.levels + 1))
+
+    def step_cost(self, k: float) -> float:
+        """c(k) from the curve, times what this run measured for steps of k's size class (classes
+        not seen yet: the mean correction of those seen, so only measured differences reorder sizes)."""
+        ratio = self.measured.get(max(1, round(k)).bit_length())
+        if ratio is None:
+            ratio = sum(self.measured.values()) / len(self.measured) if self.measured else 1.0
+        return self.cost(k) * ratio
+
+    def _observe(self, packed: int, seconds: float) -> None:
+        curve_ms = self.cost(packed)
+        if packed < 1 or not seconds > 0 or not curve_ms > 0:
+            return
+        key, ratio = packed.bit_length(), seconds * 1e3 / curve_ms
+        old = self.measured.get(key)
+        self.measured[key] = ratio if old is None else old + self.MEASURED_EMA * (ratio - old)
 
     def _best_length(self, m: int) -> int:
         reached, passed = self.reached[m], self.passed[m]
-        best, best_len, alive, expected, start = 1.0 / self.cost(1), 0, 1.0, 1.0, 1
+        best, best_len, alive, expected, start = 1.0 / self.step_cost(1), 0, 1.0, 1.0, 1
         for length in (x for x in self.LENGTHS if x <= self.max_len):
             for i in range(start, length + 1):
                 prior = 0.85 if i <= 2**m else 0.6
                 alive *= (passed[i] + self.PRIOR * prior) / (reached[i] + self.PRIOR)
                 expected += alive
             start = length + 1
-            rate = expected / self.cost(1 + length * self.drafts_found)
+            rate = expected / self.step_cost(1 + length * self.drafts_found)
             if rate > best:
                 best, best_len = rate, length
         return best_len
@@ -244,8 +268,10 @@ class CostAwarePolicy:
                         draft_lens=self.lens)
 
     def update(self, outcome: StepOutcome) -> None:
+        self._observe(outcome.packed, outcome.step_s)
         m, longest = outcome.match_len, outcome.longest_draft
         if not longest or not 1 <= m <= self.levels:
+            self.lens = tuple(self._best_length(k) for k in range(1, self.levels + 1))
             return
         accepted = outcome.accepted if outcome.accepted_from == "lookup" else 0
         reached, passed = self.reached[m], self.passed[m]

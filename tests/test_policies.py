@@ -137,9 +137,12 @@ def _cost_aware(cost, **cfg):
     return CostAwarePolicy(config, cost=cost)
 
 
-def _lookup_step(pol, *, m, accepted, ms=10.0):
+def _lookup_step(pol, *, m, accepted, ms=None):
+    """One step after an m-token match; ``ms`` None: it takes what the policy's curve says it costs."""
     plan = pol.plan()
     length = plan.draft_lens[m - 1]
+    if ms is None:
+        ms = pol.cost(1 + length)
     if not length:
         pol.update(StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
                                accepted_from="none", step_s=ms / 1e3, forward_s=ms / 1e3, match_len=m))
@@ -185,3 +188,25 @@ def test_cost_aware_needs_a_curve_and_takes_no_parameters():
     assert not needs_cost("adaptive-cpu") and not needs_cost(None) and not needs_cost({"name": "lookup"})
     # no prompt lookup configured: nothing to size, plain greedy steps
     assert make_policy("cost-aware", LookaheadConfig(window=0, prompt_lookup=0), cost=lambda k: 1.0).plan().draft_len == 0
+
+
+def test_cost_aware_corrects_the_curve_by_what_the_steps_measure():
+    """A curve that says packed steps are nearly free, on a machine where they cost 2x one: after
+    the steps it measures, it stops drafting after weak matches (plain greedy steps) and keeps the
+    long drafts that still pay; where the curve is right nothing changes."""
+    curve = lambda k: 100.0 + 2.0 * k  # c(9) = 1.16x c(1)
+    real = lambda k: 100.0 if k < 2 else 200.0 + 2.0 * k  # every packed step costs 2x one
+    trusting = _cost_aware(curve)
+    for _ in range(40):
+        _lookup_step(trusting, m=1, accepted=0)  # measured = curve: no correction
+    assert trusting.plan().draft_lens[0] > 0 and set(trusting.measured.values()) == {1.0}
+    pol = _cost_aware(curve)
+    for i in range(40):  # weak one-token matches: a quarter of drafts get one token in
+        _lookup_step(pol, m=1, accepted=int(i % 4 == 0), ms=real(1 + pol.plan().draft_lens[0]))
+        _lookup_step(pol, m=4, accepted=16, ms=real(1 + pol.plan().draft_lens[3]))
+        plain = pol.plan()  # a step with no match at all: a plain greedy step
+        pol.update(StepOutcome(plan=plain, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
+                               accepted_from="none", step_s=0.1, forward_s=0.1, match_len=0))
+    assert pol.step_cost(9) == pytest.approx(real(9), rel=0.1) and pol.step_cost(1) == pytest.approx(100.0, rel=0.1)
+    assert pol.plan().draft_lens[0] == 0  # 1 + 0.25 tokens for 2x the time: greedy steps instead
+    assert pol.plan().draft_lens[3] == 16  # 17 tokens for ~2.3x the time: still drafts
