@@ -270,16 +270,14 @@ class CostAwarePolicy:
     def update(self, outcome: StepOutcome) -> None:
         self._observe(outcome.packed, outcome.step_s)
         m, longest = outcome.match_len, outcome.longest_draft
-        if not longest or not 1 <= m <= self.levels:
-            self.lens = tuple(self._best_length(k) for k in range(1, self.levels + 1))
-            return
-        accepted = outcome.accepted if outcome.accepted_from == "lookup" else 0
-        reached, passed = self.reached[m], self.passed[m]
-        for i in range(1, min(accepted + 1, longest) + 1):
-            reached[i] += 1
-            passed[i] += i <= accepted
-        self.drafts_found += 0.1 * (outcome.lookup_nodes / longest - self.drafts_found)
-        self.lens = tuple(self._best_length(k) for k in range(1, self.levels + 1))
+        if longest and 1 <= m <= self.levels:  # a lookup draft ran: count what of it was accepted
+            accepted = outcome.accepted if outcome.accepted_from == "lookup" else 0
+            reached, passed = self.reached[m], self.passed[m]
+            for i in range(1, min(accepted + 1, longest) + 1):
+                reached[i] += 1
+                passed[i] += i <= accepted
+            self.drafts_found += 0.1 * (outcome.lookup_nodes / longest - self.drafts_found)
+        self.lens = tuple(self._best_length(k) for k in range(1, self.levels + 1))  # every step: costs move too
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name}

@@ -533,14 +533,11 @@ def tune(
 
 
 def _stored_memory(model, tag: str, log: Callable[[str], None]) -> AnswerMemory | None:
-    """The store's n-gram memory of this model and workload (``autolade.memory``), or None (said why)."""
-    from .memory import memory_bank, memory_path
-    from .models import model_fingerprint
-    from .profile_format import model_key
+    """The store's n-gram memory of this model and workload, read only (as ``generate(memory="read")``
+    opens it), or None (said why)."""
+    from .api import _open_memory
 
-    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
-    mem, note = memory_bank(str(memory_path())).memory(
-        model_key=model_key(model_fingerprint(model)), workload=tag, vocab_size=int(getattr(cfg, "vocab_size", 0) or 1 << 31))
+    mem, note, _ = _open_memory(model, "read", tag)
     if mem is None or len(mem) == 0:
         log(f"memory: {note if mem is None else 'empty'}; trials run without it "
             "(greedy `autolade generate` runs fill it, or `autolade memory import FILE`)")
