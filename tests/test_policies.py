@@ -175,6 +175,30 @@ def test_cost_aware_sizes_drafts_by_the_curve_and_by_what_gets_accepted():
     assert pol.to_dict() == {"name": "cost-aware"}
 
 
+def test_cost_aware_pools_what_every_match_length_measured():
+    """Drafts that always fail after one-token matches lower the prior of the drafts after longer
+    matches too: on a machine where a packed step costs ~1.8x one, it stops drafting after 2-token
+    matches it has never tried, while a fresh policy still would; once 2-token matches show they
+    pay, their own record outweighs the pooled prior."""
+    costly = lambda k: 100.0 if k < 2 else 175.0 + k
+    fresh = _cost_aware(costly)
+    assert fresh.plan().draft_lens[1] > 0  # starting guess: a 2-token match gives a 4-token run
+    pol = _cost_aware(costly)
+
+    def forced(m, accepted):  # a 4-token draft after an m-token match, whatever the policy planned
+        pol.update(StepOutcome(plan=pol.plan(), packed=5, lookup_nodes=4, pool_nodes=0, window_tokens=0,
+                               accepted=accepted, accepted_from="lookup" if accepted else "none",
+                               step_s=costly(5) / 1e3, forward_s=costly(5) / 1e3, longest_draft=4, match_len=m))
+
+    for _ in range(10):
+        forced(1, 0)
+    assert pol.plan().draft_lens[0] == 0 and pol.plan().draft_lens[1] == 0
+    assert pol.reached[2][1] == 0  # nothing measured after 2-token matches: the pooled prior did it
+    for _ in range(6):  # 2-token matches turn out to be fully accepted
+        forced(2, 4)
+    assert pol.plan().draft_lens[1] >= 4 and pol.plan().draft_lens[0] == 0
+
+
 def test_cost_aware_needs_a_curve_and_takes_no_parameters():
     from autolade.policies import needs_cost
 
@@ -197,8 +221,8 @@ def test_cost_aware_corrects_the_curve_by_what_the_steps_measure():
     curve = lambda k: 100.0 + 2.0 * k  # c(9) = 1.16x c(1)
     real = lambda k: 100.0 if k < 2 else 200.0 + 2.0 * k  # every packed step costs 2x one
     trusting = _cost_aware(curve)
-    for _ in range(40):
-        _lookup_step(trusting, m=1, accepted=0)  # measured = curve: no correction
+    for i in range(40):
+        _lookup_step(trusting, m=1, accepted=int(i % 4 == 0))  # measured = curve: no correction
     assert trusting.plan().draft_lens[0] > 0 and set(trusting.measured.values()) == {1.0}
     pol = _cost_aware(curve)
     for i in range(40):  # weak one-token matches: a quarter of drafts get one token in
