@@ -121,18 +121,29 @@ class WithMemory:
 
 class PolicyLookup:
     """A prompt-lookup runtime policy (``lookup``, ``cost-aware``: no window) as a replay rule: each
-    step drafts what the policy's plan asks for and tells the policy what was accepted, as the engine does."""
+    step drafts what the policy's plan asks for and tells the policy what was accepted, as the engine
+    does (one call late: a step's ``emitted`` tokens are known when the next step drafts)."""
 
     def __init__(self, policy: Any, *, max_ngram: int, scaled: bool = False, name: str | None = None) -> None:
         self.policy, self.max_ngram, self.scaled = policy, max_ngram, scaled
         self.name = name or f"policy {policy.name} (n-gram <= {max_ngram})"
         self._plan: StepPlan | None = None
         self._m = 0
+        self._shadow: tuple[tuple[int, ...], ...] = ()
+        self._mark = 0  # context length when the last step drafted
+        self._outcome: dict[str, Any] | None = None  # the last step's outcome, less the tokens it emitted
 
     def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
+        if self._outcome is not None:
+            self.policy.update(StepOutcome(**self._outcome, emitted=tuple(index.tokens[self._mark :])))
+            self._outcome = None
         self._plan = plan = self.policy.plan()
         drafts, self._m = index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts, scaled=self.scaled,
                                        lengths=plan.draft_lens)
+        self._shadow = ()
+        if not drafts:
+            self._m, self._shadow = index.shadow(plan)
+        self._mark = len(index.tokens)
         return drafts
 
     def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
@@ -140,10 +151,9 @@ class PolicyLookup:
         for d in drafts:
             tree.add(d)
         longest = max((len(d) for d in drafts), default=0)
-        self.policy.update(StepOutcome(plan=self._plan, packed=len(tree), lookup_nodes=len(tree) - 1, pool_nodes=0,
-                                       window_tokens=0, accepted=accepted,
-                                       accepted_from="lookup" if accepted else "none", step_s=0.0, forward_s=0.0,
-                                       longest_draft=longest, match_len=self._m))
+        self._outcome = dict(plan=self._plan, packed=len(tree), lookup_nodes=len(tree) - 1, pool_nodes=0,
+                             window_tokens=0, accepted=accepted, accepted_from="lookup" if accepted else "none",
+                             step_s=0.0, forward_s=0.0, longest_draft=longest, match_len=self._m, shadow=self._shadow)
 
 
 def CostAwareLookup(curve: StepCurve, *, drafts: int = 3, max_ngram: int = 4, max_len: int = 16) -> PolicyLookup:

@@ -1,11 +1,14 @@
 """The decode loop against transformers' greedy decoding, token for token, on tiny models: Llama and Qwen2
 (every path: window, pool, prompt lookup, the policies) and Gemma 3 (sliding window)."""
 
+import itertools
+
 import pytest
 import torch
 from tiny import ARCHS, hf_greedy, repetitive_prompt, tiny_gemma3, tiny_llama
 
 from autolade.config import LookaheadConfig
+from autolade.engine.clock import DeviceClock
 from autolade.engine.decode import Drafter, lookahead_decode
 from autolade.engine.steps import StepPlan
 
@@ -111,7 +114,10 @@ def test_policies_keep_output_exact(dense, gemma, policy):
         cfg = LookaheadConfig(window=3, ngram=4, guesses=3, prompt_lookup=16, prompt_lookup_drafts=3,
                               prompt_lookup_ngram=4)
         pol = make_policy(policy, cfg, cost=cost)
-        out, log = lookahead_decode(model, ids, config=cfg, max_new_tokens=64, policy=pol)
+        # cost-aware: a clock that reads every step alike (the tiny model's packed steps cost it more
+        # than the curve says, which would rightly keep it at plain steps; here the drafts must run)
+        clock = DeviceClock(now_fn=itertools.count().__next__) if policy == "cost-aware" else None
+        out, log = lookahead_decode(model, ids, config=cfg, max_new_tokens=64, policy=pol, clock=clock)
         assert out == hf_greedy(model, ids, 64)
         if policy == "cost-aware":
             assert all(s.window == 0 for s in log.steps) and any(s.accepted > 0 for s in log.steps)
@@ -138,6 +144,33 @@ def test_window_resized_every_step_stays_exact(llama):
     out, log = lookahead_decode(llama, ids, config=cfg, max_new_tokens=80, policy=Jittery())
     assert out == hf_greedy(llama, ids, 80)
     assert {s.window for s in log.steps} >= {0, 1, 2, 3, 6, 8}
+
+
+def test_plain_steps_report_the_shadow_drafts_and_every_step_what_it_emitted(llama):
+    """A policy that never drafts but asks for shadows: the output is plain greedy's, each step
+    reports the tokens it appended, and after a match the lookup drafts it did not pack."""
+    class Watching:
+        name = "watching"
+
+        def __init__(self):
+            self.outcomes = []
+
+        def plan(self):
+            return StepPlan(window=0, guesses=0, draft_len=0, drafts=2, draft_lens=(0, 0, 0), shadow_len=5)
+
+        def update(self, outcome):
+            self.outcomes.append(outcome)
+
+    ids = repetitive_prompt(seed=2)
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=5, prompt_lookup_drafts=2, prompt_lookup_ngram=3)
+    pol = Watching()
+    out, log = lookahead_decode(llama, ids, config=cfg, max_new_tokens=40, policy=pol)
+    assert out == hf_greedy(llama, ids, 40)
+    assert all(o.packed == 1 for o in pol.outcomes)
+    assert [t for o in pol.outcomes for t in o.emitted] == out[1:]
+    shadowed = [o for o in pol.outcomes if o.shadow]
+    assert shadowed and all(o.match_len >= 1 and all(1 <= len(d) <= 5 for d in o.shadow) for o in shadowed)
+    assert all(not o.shadow for o in pol.outcomes if not o.match_len)
 
 
 def test_drafter_inserts_prompt_lookup_first_then_the_pool_and_credits_each_node():

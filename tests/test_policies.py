@@ -137,15 +137,26 @@ def _cost_aware(cost, **cfg):
     return CostAwarePolicy(config, cost=cost)
 
 
+def _plain(pol, *, ms, m=0, shadow=(), emitted=(7,)):
+    pol.update(StepOutcome(plan=pol.plan(), packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
+                           accepted_from="none", step_s=ms / 1e3, forward_s=ms / 1e3, match_len=m,
+                           shadow=shadow, emitted=emitted))
+
+
 def _lookup_step(pol, *, m, accepted, ms=None):
-    """One step after an m-token match; ``ms`` None: it takes what the policy's curve says it costs."""
+    """One step after an m-token match whose draft would get ``accepted`` tokens in; ``ms`` None: it
+    takes what the policy's curve says it costs. Where the policy drafts nothing it gets the draft
+    as the engine's shadow, then the plain steps that show what it would have accepted."""
     plan = pol.plan()
     length = plan.draft_lens[m - 1]
     if ms is None:
         ms = pol.cost(1 + length)
     if not length:
-        pol.update(StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
-                               accepted_from="none", step_s=ms / 1e3, forward_s=ms / 1e3, match_len=m))
+        draft = tuple(range(100, 100 + pol.max_len))
+        out = draft[:accepted] + (-1,)  # the output follows the draft for ``accepted`` tokens
+        _plain(pol, ms=ms, m=m, shadow=(draft,), emitted=out[:1])
+        for tok in out[1 : pol.max_len]:
+            _plain(pol, ms=pol.cost(1), emitted=(tok,))
         return length
     acc = min(accepted, length)
     pol.update(StepOutcome(plan=plan, packed=1 + length, lookup_nodes=length, pool_nodes=0, window_tokens=0,
@@ -177,10 +188,10 @@ def test_cost_aware_sizes_drafts_by_the_curve_and_by_what_gets_accepted():
 
 def test_cost_aware_pools_what_every_match_length_measured():
     """Drafts that always fail after one-token matches lower the prior of the drafts after longer
-    matches too: on a machine where a packed step costs ~1.8x one, it stops drafting after 2-token
+    matches too: on a machine where a packed step costs ~1.45x one, it stops drafting after 2-token
     matches it has never tried, while a fresh policy still would; once 2-token matches show they
     pay, their own record outweighs the pooled prior."""
-    costly = lambda k: 100.0 if k < 2 else 175.0 + k
+    costly = lambda k: 100.0 if k < 2 else 140.0 + k
     fresh = _cost_aware(costly)
     assert fresh.plan().draft_lens[1] > 0  # starting guess: a 2-token match gives a 4-token run
     pol = _cost_aware(costly)
@@ -197,6 +208,28 @@ def test_cost_aware_pools_what_every_match_length_measured():
     for _ in range(6):  # 2-token matches turn out to be fully accepted
         forced(2, 4)
     assert pol.plan().draft_lens[1] >= 4 and pol.plan().draft_lens[0] == 0
+
+
+def test_cost_aware_learns_from_the_drafts_it_did_not_pack():
+    """Where it drafts nothing after a match, the engine still hands it the draft (a shadow) and the
+    tokens each step emits: it scores the shadow as a packed draft would have been scored, for free,
+    and starts drafting once shadows show drafting pays; shadows that fail keep it at plain steps."""
+    costly = lambda k: 100.0 if k < 2 else 175.0 + k  # a packed step costs ~1.8x a plain one
+    pol = _cost_aware(costly)
+    assert pol.plan().draft_lens == (0, 0, 0, 0) and pol.plan().shadow_len == 16
+    # two shadows after a 3-token match (the second draft of two matches), watched over three steps
+    _plain(pol, ms=100.0, m=3, shadow=((5, 6, 7), (1, 2, 3, 4)), emitted=(1,))
+    _plain(pol, ms=100.0, m=3, shadow=((2, 9, 5),), emitted=(2,))
+    _plain(pol, ms=100.0, emitted=(9,))
+    _plain(pol, ms=100.0, emitted=(4,))
+    assert pol.reached[3][1:5] == [2, 2, 2, 0] and pol.passed[3][1:5] == [2, 2, 0, 0]
+    assert pol.watching == []  # the first shadow failed at 3, the second at 3 too
+    for _ in range(6):  # 4-token matches whose drafts would be fully accepted
+        _lookup_step(pol, m=4, accepted=16)
+    assert pol.plan().draft_lens[3] == 16
+    for _ in range(12):  # one-token matches whose drafts would fail at once
+        _lookup_step(pol, m=1, accepted=0)
+    assert pol.plan().draft_lens[0] == 0 and pol.reached[1][1] == 12 and pol.passed[1][1] == 0
 
 
 def test_cost_aware_needs_a_curve_and_takes_no_parameters():

@@ -72,3 +72,18 @@ def test_prompt_lookup_source_follows_the_plan_and_the_committed_tokens():
     scaled = PromptLookupSource(max_ngram=2, scaled=True)
     scaled.update(tokens=[1, 2, 3, 4, 5, 9, 1])
     assert scaled.get_candidates(plan=plan, last=1).drafts == [(2, 3)]  # a 1-token match: at most 2**1 tokens
+
+
+def test_a_step_that_drafts_nothing_after_a_match_reports_the_shadow_it_would_have_drafted():
+    source = PromptLookupSource(max_ngram=2, scaled=False)
+    source.update(tokens=[5, 6, 7, 8, 9, 1, 5, 6, 3, 5, 6])
+    silent = StepPlan(window=0, guesses=0, draft_len=0, drafts=2, draft_lens=(0, 0), shadow_len=3)
+    found = source.get_candidates(plan=silent, last=6)
+    assert (found.drafts, found.match_len, found.shadow) == ([], 2, ((3, 5, 6), (7, 8, 9)))
+    # drafting, or asked for no shadow: none
+    drafting = StepPlan(window=0, guesses=0, draft_len=2, drafts=2, shadow_len=3)
+    assert source.get_candidates(plan=drafting, last=6).shadow == ()
+    blind = StepPlan(window=0, guesses=0, draft_len=0, drafts=2)
+    assert (source.get_candidates(plan=blind, last=6).shadow, source.get_candidates(plan=blind, last=6).match_len) == ((), 0)
+    source.update(tokens=[4])  # 4 is new: no match, no shadow
+    assert source.get_candidates(plan=silent, last=4).shadow == ()

@@ -214,7 +214,7 @@ def lookahead_step(
         forward_s = clock.since(tf)
         return [tok], StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
                                   accepted_from="none", step_s=clock.since(t0), forward_s=forward_s,
-                                  match_len=lookup.match_len)
+                                  match_len=lookup.match_len, shadow=lookup.shadow, emitted=(tok,))
     step = layout.build(tree, rows, t=base)
     mask = runner.packed_mask(step, base)
     tf = clock.now()
@@ -237,6 +237,8 @@ def lookahead_step(
         forward_s=forward_s,
         longest_draft=max((len(d) for d in lookup.drafts), default=0),
         match_len=lookup.match_len,
+        shadow=lookup.shadow,
+        emitted=tuple(new),
     )
     return new, outcome
 

@@ -71,6 +71,18 @@ class SuffixIndex:
         return (self.continuations(ends, length=length, max_drafts=max_drafts) if length else []), m
 
 
+    def shadow(self, plan: StepPlan) -> tuple[int, tuple[tuple[int, ...], ...]]:
+        """(m, drafts): for a step the plan drafts nothing in, what the longest suffix match would have
+        drafted (``plan.shadow_len`` tokens each): a policy learns from it for free, watching the
+        tokens that follow. (0, ()) when there is no match or no ``shadow_len``."""
+        if plan.shadow_len <= 0:
+            return 0, ()
+        m, ends = self.match()
+        if not m:
+            return 0, ()
+        return m, tuple(self.continuations(ends, length=plan.shadow_len, max_drafts=max(plan.drafts, 1)))
+
+
 class PromptLookupSource:
     """The draft source over a ``SuffixIndex`` of the whole context: ``plan.drafts`` continuations of
     the longest suffix match, ``plan.draft_len`` tokens each (or per match length, see ``drafts``)."""
@@ -84,7 +96,10 @@ class PromptLookupSource:
     def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
         drafts, m = self.index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts, scaled=self.scaled,
                                       lengths=plan.draft_lens)
-        return Candidates(drafts=drafts, match_len=m)
+        shadow: tuple[tuple[int, ...], ...] = ()
+        if not drafts:
+            m, shadow = self.index.shadow(plan)
+        return Candidates(drafts=drafts, match_len=m, shadow=shadow)
 
     def update(self, *, tokens: Sequence[int]) -> None:
         self.index.extend(tokens)

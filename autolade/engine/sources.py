@@ -22,6 +22,7 @@ class Candidates:
 
     drafts: list[tuple[int, ...]] = field(default_factory=list)  # token drafts following the last token; [] = none
     match_len: int = 0  # context tokens the drafts were matched on (prompt lookup's suffix match); 0 = none
+    shadow: tuple[tuple[int, ...], ...] = ()  # drafts looked up but not to be packed (StepPlan.shadow_len)
 
 
 class DraftSource(Protocol):

@@ -24,6 +24,7 @@ class StepPlan:
     draft_len: int  # longest prompt-lookup draft; 0 = none
     drafts: int  # prompt-lookup drafts (distinct earlier occurrences)
     draft_lens: tuple[int, ...] = ()  # draft length after an m-token suffix match at index m-1 (0 = no draft); () = draft_len
+    shadow_len: int = 0  # where a match drafts nothing: look up this many tokens anyway, to learn from, never packed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +43,8 @@ class StepOutcome:
     memory_nodes: int = 0  # draft-tree nodes added by the answer memory (beyond shared prefixes)
     longest_draft: int = 0  # tokens in the longest prompt-lookup draft packed (0 = none)
     match_len: int = 0  # tokens of the suffix match the prompt-lookup drafts came from (0 = none)
+    shadow: tuple[tuple[int, ...], ...] = ()  # lookup drafts found but not packed (plan.shadow_len): the later tokens show what they would have accepted
+    emitted: tuple[int, ...] = ()  # the tokens this step appended (accepted drafts + the bonus token)
 
 
 class Policy(Protocol):
