@@ -138,11 +138,7 @@ class PolicyLookup:
             self.policy.update(StepOutcome(**self._outcome, emitted=tuple(index.tokens[self._mark :])))
             self._outcome = None
         self._plan = plan = self.policy.plan()
-        drafts, self._m = index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts, scaled=self.scaled,
-                                       lengths=plan.draft_lens)
-        self._shadow = ()
-        if not drafts:
-            self._m, self._shadow = index.shadow(plan)
+        drafts, self._m, self._shadow = index.for_plan(plan, scaled=self.scaled)
         self._mark = len(index.tokens)
         return drafts
 

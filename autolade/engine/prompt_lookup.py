@@ -70,6 +70,14 @@ class SuffixIndex:
             length = min(max_len, 2**m) if scaled else max_len
         return (self.continuations(ends, length=length, max_drafts=max_drafts) if length else []), m
 
+    def for_plan(self, plan: StepPlan, *, scaled: bool) -> tuple[list[tuple[int, ...]], int, tuple[tuple[int, ...], ...]]:
+        """(drafts, m, shadow): what ``plan`` drafts (see ``drafts``) and, where it drafts nothing,
+        the shadow of the longest match (see ``shadow``; m is then the shadow's match length)."""
+        drafts, m = self.drafts(max_len=plan.draft_len, max_drafts=plan.drafts, scaled=scaled, lengths=plan.draft_lens)
+        if drafts or plan.shadow_len <= 0:
+            return drafts, m, ()
+        m, shadow = self.shadow(plan)
+        return drafts, m, shadow
 
     def shadow(self, plan: StepPlan) -> tuple[int, tuple[tuple[int, ...], ...]]:
         """(m, drafts): for a step the plan drafts nothing in, what the longest suffix match would have
@@ -94,11 +102,7 @@ class PromptLookupSource:
         self.scaled = scaled  # at most 2**m draft tokens after an m-token match
 
     def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
-        drafts, m = self.index.drafts(max_len=plan.draft_len, max_drafts=plan.drafts, scaled=self.scaled,
-                                      lengths=plan.draft_lens)
-        shadow: tuple[tuple[int, ...], ...] = ()
-        if not drafts:
-            m, shadow = self.index.shadow(plan)
+        drafts, m, shadow = self.index.for_plan(plan, scaled=self.scaled)
         return Candidates(drafts=drafts, match_len=m, shadow=shadow)
 
     def update(self, *, tokens: Sequence[int]) -> None:
