@@ -168,7 +168,7 @@ class AcceptanceTable:
 
     model_name: str  # autolade.models.model_fingerprint(model)["name"]
     model_config_hash: str  # ... ["config_hash"]
-    tokenizer_fingerprint: str  # tokenizer_fingerprint(tokenizer): vocab size + hash of special ids and sample tokens
+    tokenizer_fingerprint: str  # tokenizer_fingerprint(tokenizer): vocab size + hash of sample pieces (or a legacy one)
     workload: str  # workload tag: "chat", "code", a file's stem
     dtype: str  # "float32" | "bfloat16" | "float16": greedy outputs differ slightly between dtypes
     max_new_tokens: int  # per prompt
@@ -218,8 +218,10 @@ class AcceptanceTable:
                 rows[r.label] = r
         return replace(self, rows=tuple(rows.values()), prompts=max(self.prompts, other.prompts))
 
-    def check_for(self, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str, dtype: str | None = None) -> None:
-        """ProfileError unless this table was measured for that model, tokenizer (and dtype)."""
+    def check_for(self, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str | Sequence[str],
+                  dtype: str | None = None) -> None:
+        """ProfileError unless this table was measured for that model, tokenizer (any of its
+        fingerprints, ``tokenizer_fingerprints``) and dtype."""
         if isinstance(model_fingerprint, dict):
             model_fingerprint = f"{model_fingerprint['name']}:{model_fingerprint['config_hash']}"
         if model_fingerprint != self.model_fingerprint:
@@ -227,9 +229,10 @@ class AcceptanceTable:
                 f"acceptance table is for model {self.model_fingerprint}, not {model_fingerprint}: acceptance "
                 "depends on the model; measure this one with `autolade accept --model ...`"
             )
-        if tokenizer_fingerprint != self.tokenizer_fingerprint:
+        fps = (tokenizer_fingerprint,) if isinstance(tokenizer_fingerprint, str) else tuple(tokenizer_fingerprint)
+        if self.tokenizer_fingerprint not in fps:
             raise ProfileError(
-                f"acceptance table is for tokenizer {self.tokenizer_fingerprint}, not {tokenizer_fingerprint}: "
+                f"acceptance table is for tokenizer {self.tokenizer_fingerprint}, not {fps[0]}: "
                 "the prompts tokenize differently; measure with this tokenizer via `autolade accept`"
             )
         if dtype is not None and dtype != self.dtype:
@@ -294,19 +297,46 @@ class AcceptanceTable:
 
 
 def tokenizer_fingerprint(tokenizer: Any, *, vocab_size: int | None = None) -> str:
-    """``v<size>:<hash>``: the tokenizer's length and a hash of its special tokens and of the strings of
-    a spread of ids. ``tokenizer=None`` (prompts given as ids) is ``ids-only:v<vocab_size>``."""
+    """``v<size>:<hash>``: the tokenizer's length and a hash of the strings of a spread of ids (the
+    vocabulary: which string each id is, what acceptance depends on). ``tokenizer=None`` (prompts
+    given as ids) is ``ids-only:v<vocab_size>``.
+
+    The special-token *labels* are left out: libraries fill them in differently for the same vocabulary
+    (measured: transformers 5.17's GGUF conversion of SmolLM2 labels ``<|im_start|>`` its eos and has no
+    pad token; 5.25's labels ``<|im_end|>``), and a table must travel between such machines. The
+    special tokens' strings are still hashed, as pieces of the vocabulary."""
     if tokenizer is None:
         if vocab_size is None:
             raise ProfileError("tokenizer_fingerprint needs a tokenizer or vocab_size")
         return f"ids-only:v{int(vocab_size)}"
     size = len(tokenizer)
+    digest = hashlib.sha256(json.dumps(["vocab", _sample_pieces(tokenizer, size)], default=str).encode()).hexdigest()[:12]
+    return f"v{size}:{digest}"
+
+
+def legacy_tokenizer_fingerprint(tokenizer: Any) -> str:
+    """The fingerprint tables were keyed on before 2026-12-04: the vocabulary sample *and* the
+    special-token labels and ids. Still matched on lookup, so older stores and files keep working."""
+    size = len(tokenizer)
     specials = sorted((str(k), str(v)) for k, v in (getattr(tokenizer, "special_tokens_map", None) or {}).items())
     special_ids = sorted(int(i) for i in (getattr(tokenizer, "all_special_ids", None) or []))
-    sample = list(range(min(size, 64))) + list(range(64, size, max(size // 256, 1)))
-    pieces = tokenizer.convert_ids_to_tokens(sample)
+    pieces = _sample_pieces(tokenizer, size)
     digest = hashlib.sha256(json.dumps([specials, special_ids, pieces], default=str).encode()).hexdigest()[:12]
     return f"v{size}:{digest}"
+
+
+def tokenizer_fingerprints(tokenizer: Any, *, vocab_size: int | None = None) -> tuple[str, ...]:
+    """Every fingerprint a table for this tokenizer may carry: the current one first, then the legacy one."""
+    current = tokenizer_fingerprint(tokenizer, vocab_size=vocab_size)
+    if tokenizer is None:
+        return (current,)
+    legacy = legacy_tokenizer_fingerprint(tokenizer)
+    return (current,) if legacy == current else (current, legacy)
+
+
+def _sample_pieces(tokenizer: Any, size: int) -> list[Any]:
+    sample = list(range(min(size, 64))) + list(range(64, size, max(size // 256, 1)))
+    return tokenizer.convert_ids_to_tokens(sample)
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -333,7 +363,7 @@ def write_acceptance_file(table: AcceptanceTable, path: str | Path) -> Path:
 
 
 def import_acceptance(path: str | Path, store: Any, *, model_fingerprint: str | dict[str, str] | None = None,
-                      tokenizer_fingerprint: str | None = None, dtype: str | None = None) -> int:
+                      tokenizer_fingerprint: str | Sequence[str] | None = None, dtype: str | None = None) -> int:
     """Read, validate and store a shared table; returns its store id. With ``model_fingerprint`` and
     ``tokenizer_fingerprint`` (this model's), a table measured for another model or tokenizer is a
     ProfileError. Nothing is written unless every check passes."""
@@ -591,9 +621,16 @@ def measure_acceptance(
 
 
 def model_tokenizer_fingerprint(model: Any, tokenizer: Any = None) -> str:
-    """``tokenizer_fingerprint`` of a model's tokenizer, with the vocabulary size from its config."""
+    """``tokenizer_fingerprint`` of a model's tokenizer, with the vocabulary size from its config:
+    what a new table is keyed on."""
     cfg = getattr(model.config, "get_text_config", lambda: model.config)()
     return tokenizer_fingerprint(tokenizer, vocab_size=getattr(cfg, "vocab_size", None))
+
+
+def model_tokenizer_fingerprints(model: Any, tokenizer: Any = None) -> tuple[str, ...]:
+    """``tokenizer_fingerprints`` of a model's tokenizer: what a lookup matches."""
+    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+    return tokenizer_fingerprints(tokenizer, vocab_size=getattr(cfg, "vocab_size", None))
 
 
 def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:

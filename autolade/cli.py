@@ -156,7 +156,7 @@ _BOUND_EXAMPLES = ((2, 3, 2), (4, 4, 4), (7, 4, 7), (15, 5, 15))  # W/N/G rows s
 def profile_command(model, dtype, plot, quick, verify):
     """Profile this hardware and MODEL's step-latency curve; save the curve in the store, and per
     workload the setting an acceptance table predicts best on it (a "predicted" profile)."""
-    from .acceptance import model_tokenizer_fingerprint
+    from .acceptance import model_tokenizer_fingerprints
     from .curve import stored_dtype_advice
     from .hardware import measure_step_curve, plot_curve, probe_hardware
     from .models import load, model_fingerprint
@@ -184,7 +184,7 @@ def profile_command(model, dtype, plot, quick, verify):
     click.echo("speedup upper bound N * c(1)/c(k) (every draft accepted), k = 1 + (N-1)W + G(N-1):")
     for w, n, g in _BOUND_EXAMPLES:
         click.echo(f"  W={w:<2} N={n} G={g:<2} k={1 + (n - 1) * w + g * (n - 1):<4} bound {curve.speedup_bound(w, n, g):.2f}x")
-    tok_fp = model_tokenizer_fingerprint(mdl, tok)
+    tok_fp = model_tokenizer_fingerprints(mdl, tok)
     with ProfileStore() as store:
         curve_id = store.save_curve(
             curve,
@@ -483,7 +483,7 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
         empty_table,
         lookup_grid,
         measure_acceptance,
-        model_tokenizer_fingerprint,
+        model_tokenizer_fingerprints,
         read_acceptance_file,
         replayable,
         write_acceptance_file,
@@ -511,9 +511,11 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
                err=True)
     with ProfileStore() as store:
         # an interrupted run resumes: the -o file if it exists (a corrupt one stops here, untouched), else the store
+        tfps = model_tokenizer_fingerprints(mdl, tok)
         resume = read_acceptance_file(output) if output and Path(output).exists() else store.find_acceptance(
-            model_fingerprint=model_fingerprint(mdl), tokenizer_fingerprint=model_tokenizer_fingerprint(mdl, tok),
-            workload=tag, dtype=dtype)
+            model_fingerprint=model_fingerprint(mdl), tokenizer_fingerprint=tfps, workload=tag, dtype=dtype)
+        if resume is not None and resume.tokenizer_fingerprint in tfps[1:]:  # a legacy-keyed table resumes re-keyed
+            resume = replace(resume, tokenizer_fingerprint=tfps[0])
 
         def save(table):
             store.save_acceptance(table)

@@ -232,7 +232,7 @@ class DeviceCheck:
         record["spare_compute"] = {str(c): curve.spare_compute(c) for c in curve.points}
 
     def _settings(self, record: dict[str, Any], deadline: float) -> None:
-        from .acceptance import tokenizer_fingerprint
+        from .acceptance import tokenizer_fingerprints
         from .harness import setting_label
         from .models import model_fingerprint
         from .settings import resolve_settings
@@ -240,7 +240,7 @@ class DeviceCheck:
 
         model, tok = self.model(self.sizes.models[0], self.sizes.bench_dtype)
         fp = model_fingerprint(model)
-        tfp = tokenizer_fingerprint(tok)
+        tfp = tokenizer_fingerprints(tok)
         for workload in WORKLOADS:
             row: dict[str, Any] = {}
             record[workload] = row

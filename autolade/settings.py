@@ -178,9 +178,9 @@ class SettingsResolver:
             return config, "default (built-in; run `autolade profile` or `autolade tune` for this machine)", policy
         found = None
         if tokenizer is not None:
-            from .acceptance import model_tokenizer_fingerprint
+            from .acceptance import model_tokenizer_fingerprints
 
-            found = self._table(model, tag or "chat", model_tokenizer_fingerprint(model, tokenizer))
+            found = self._table(model, tag or "chat", model_tokenizer_fingerprints(model, tokenizer))
         if found is not None and found[0] is not None:
             from .predict import choose
             from .tables import policy_spec
@@ -196,7 +196,7 @@ class SettingsResolver:
             return SCALED_LOOKUP, f"default (cost-aware lookup on this machine's step-latency curve; {why})", {"name": "cost-aware"}
         return config, f"default (built-in; {why})", policy
 
-    def _table(self, model: torch.nn.Module, tag: str, tokenizer_fingerprint: str):
+    def _table(self, model: torch.nn.Module, tag: str, tokenizer_fingerprint: tuple[str, ...]):
         """(table or None, source or why) from ``tables.find_table``, cached while the store and files are unchanged."""
         from .paths import repo_profiles_dir, user_dir
         from .store import DB_NAME, ProfileStore

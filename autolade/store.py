@@ -16,7 +16,7 @@ import json
 import sqlite3
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -441,16 +441,18 @@ class ProfileStore:
                 return found[0]["id"]
             return self.db["acceptance"].insert(row).last_pk
 
-    def find_acceptance(self, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str, workload: str,
-                        dtype: str) -> Any:
-        """The most recent ``AcceptanceTable`` for this key, or None."""
+    def find_acceptance(self, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str | Sequence[str],
+                        workload: str, dtype: str) -> Any:
+        """The most recent ``AcceptanceTable`` for this key, or None. ``tokenizer_fingerprint``: one, or
+        every fingerprint the tokenizer's tables may carry (``acceptance.tokenizer_fingerprints``)."""
         from .acceptance import AcceptanceTable
 
         model_fingerprint = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
-        sql = ("select id, acceptance_table from acceptance where model_fingerprint = ? and tokenizer_fingerprint = ? "
-               "and workload = ? and dtype = ? order by created desc, id desc limit 1")
+        fps = [tokenizer_fingerprint] if isinstance(tokenizer_fingerprint, str) else list(tokenizer_fingerprint)
+        sql = (f"select id, acceptance_table from acceptance where model_fingerprint = ? and tokenizer_fingerprint in "
+               f"({', '.join('?' for _ in fps)}) and workload = ? and dtype = ? order by created desc, id desc limit 1")
         with self._errors("read"):
-            rows = list(self.db.query(sql, [model_fingerprint, tokenizer_fingerprint, workload, dtype]))
+            rows = list(self.db.query(sql, [model_fingerprint, *fps, workload, dtype]))
         if not rows:
             return None
         try:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,27 +56,29 @@ def shipped_tables(dirs: Iterable[str | Path]) -> Iterator[tuple[AcceptanceTable
                 warnings.warn(f"skipping acceptance file {label}: {exc}", stacklevel=3)
 
 
-def find_table(store: Any, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str, workload: str,
-               dtype: str, table_dirs: Iterable[str | Path] | None = None) -> tuple[AcceptanceTable | None, str]:
+def find_table(store: Any, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str | Sequence[str],
+               workload: str, dtype: str, table_dirs: Iterable[str | Path] | None = None) -> tuple[AcceptanceTable | None, str]:
     """(table, source) for this model, tokenizer, workload and dtype: the store's, else a shipped one
     (``table_dirs``, default the repo's ``profiles/``); then the same for the other dtypes of the
-    model. ``(None, why)`` when there is none."""
+    model. ``(None, why)`` when there is none. ``tokenizer_fingerprint``: one, or all the tokenizer's
+    (``acceptance.tokenizer_fingerprints``: current and legacy)."""
     from .paths import repo_profiles_dir
 
     fp = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
+    tfps = (tokenizer_fingerprint,) if isinstance(tokenizer_fingerprint, str) else tuple(tokenizer_fingerprint)
     dirs = [repo_profiles_dir()] if table_dirs is None else list(table_dirs)
     files: list[tuple[AcceptanceTable, str]] | None = None
     for d in (dtype, *(x for x in DTYPES if x != dtype)):
         where = d if d == dtype else f"measured in {d}, used for {dtype}: acceptance barely depends on the dtype"
-        table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=tokenizer_fingerprint,
-                                      workload=workload, dtype=d)
+        table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=tfps, workload=workload, dtype=d)
         if files is None:
             files = list(shipped_tables(dirs))
         matches = [(t, label) for t, label in files if t.model_fingerprint == fp and t.dtype == d
-                   and t.tokenizer_fingerprint == tokenizer_fingerprint and t.workload == workload]
+                   and t.tokenizer_fingerprint in tfps and t.workload == workload]
         shipped, label = max(matches, key=lambda m: m[0].created) if matches else (None, "")
         if table is not None and shipped is not None and shipped.max_new_tokens == table.max_new_tokens:
             # a table the tuner started holds few rows: the shipped one fills in the rest (per setting, more prompts wins)
+            shipped = replace(shipped, tokenizer_fingerprint=table.tokenizer_fingerprint)  # one may be legacy-keyed
             return table.merged(shipped), f"store + file:{label} ({workload}, {where})"
         if table is not None:
             return table, f"store ({workload}, {where})"

@@ -358,14 +358,14 @@ def record_trial(store, model, tokenizer, runs: Sequence[tuple[int, Any]], cand:
     ``res.stats`` per prompt; no extra run) and add it to the store's acceptance table for this model,
     workload and dtype as a new row (a table is started if none exists; a setting the table has already
     measured is kept as it was). Returns the table's store id, or None when skipped."""
-    from .acceptance import empty_table, model_tokenizer_fingerprint, row_from_runs
+    from .acceptance import empty_table, model_tokenizer_fingerprints, row_from_runs
     from .models import model_fingerprint
 
     setting = tabulated_setting(cand)
     if store is None or setting is None:
         return None
     fp = model_fingerprint(model)
-    table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=model_tokenizer_fingerprint(model, tokenizer),
+    table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=model_tokenizer_fingerprints(model, tokenizer),
                                   workload=workload, dtype=fp["dtype"])
     if table is not None and any(r.label == setting.label for r in table.rows):
         return None
@@ -550,12 +550,12 @@ def _find_table(store, model, tokenizer, tag: str, dtype: str, log: Callable[[st
     """This model's acceptance table for the workload (``tables.find_table``), or None."""
     if store is None or tokenizer is None:
         return None
-    from .acceptance import model_tokenizer_fingerprint
+    from .acceptance import model_tokenizer_fingerprints
     from .models import model_fingerprint
     from .tables import find_table
 
     table, source = find_table(store, model_fingerprint=model_fingerprint(model),
-                               tokenizer_fingerprint=model_tokenizer_fingerprint(model, tokenizer), workload=tag, dtype=dtype)
+                               tokenizer_fingerprint=model_tokenizer_fingerprints(model, tokenizer), workload=tag, dtype=dtype)
     log(f"acceptance table: {source}" if table is not None else f"{source}; searching without predictions")
     return table
 

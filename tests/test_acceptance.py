@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,10 +21,12 @@ from autolade.acceptance import (
     compact_grid,
     default_grid,
     import_acceptance,
+    legacy_tokenizer_fingerprint,
     lookup_grid,
     measure_acceptance,
     read_acceptance_file,
     tokenizer_fingerprint,
+    tokenizer_fingerprints,
     write_acceptance_file,
 )
 from autolade.cli import cli
@@ -131,6 +134,10 @@ def test_check_for_names_model_tokenizer_and_dtype():
         t.check_for(model_fingerprint="other:abc123", tokenizer_fingerprint="v49152:feed")
     with pytest.raises(ProfileError, match="tokenizer"):
         t.check_for(model_fingerprint="smollm2-135m:abc123", tokenizer_fingerprint="v32000:beef")
+    # any of the tokenizer's fingerprints (current, legacy) will do
+    t.check_for(model_fingerprint="smollm2-135m:abc123", tokenizer_fingerprint=("v49152:new0", "v49152:feed"))
+    with pytest.raises(ProfileError, match="tokenizer v49152:feed, not v49152:new0"):
+        t.check_for(model_fingerprint="smollm2-135m:abc123", tokenizer_fingerprint=("v49152:new0", "v49152:old0"))
     with pytest.raises(ProfileError, match="bfloat16"):
         t.check_for(model_fingerprint="smollm2-135m:abc123", tokenizer_fingerprint="v49152:feed", dtype="bfloat16")
 
@@ -233,23 +240,33 @@ def test_store_refuses_a_corrupted_stored_table(tmp_path):
 class FakeTokenizer:
     """The four tokenizer attributes the fingerprint reads (a plain stand-in, not a transformers class)."""
 
-    def __init__(self, size: int, eos: str = "</s>") -> None:
+    def __init__(self, size: int, eos: str = "</s>", prefix: str = "t", special_ids: tuple[int, ...] = (0,)) -> None:
         self.size = size
+        self.prefix = prefix
         self.special_tokens_map = {"eos_token": eos}
-        self.all_special_ids = [0]
+        self.all_special_ids = list(special_ids)
 
     def __len__(self) -> int:
         return self.size
 
     def convert_ids_to_tokens(self, ids):
-        return [f"t{i}" for i in ids]
+        return [f"{self.prefix}{i}" for i in ids]
 
 
-def test_tokenizer_fingerprint_tells_tokenizers_apart():
-    assert tokenizer_fingerprint(FakeTokenizer(1000)) == tokenizer_fingerprint(FakeTokenizer(1000))
-    assert tokenizer_fingerprint(FakeTokenizer(1000)).startswith("v1000:")
-    assert tokenizer_fingerprint(FakeTokenizer(1000)) != tokenizer_fingerprint(FakeTokenizer(1000, eos="<|im_end|>"))
-    assert tokenizer_fingerprint(FakeTokenizer(1000)) != tokenizer_fingerprint(FakeTokenizer(1001))
+def test_tokenizer_fingerprint_is_the_vocabulary_not_the_special_token_labels():
+    a = FakeTokenizer(1000)
+    # the same vocabulary labelled differently, as two transformers versions convert one GGUF (measured:
+    # 5.17 labels SmolLM2's eos <|im_start|> with special ids [0, 1]; 5.25 <|im_end|> with [0, 1, 2])
+    relabelled = FakeTokenizer(1000, eos="<|im_end|>", special_ids=(0, 1))
+    assert tokenizer_fingerprint(a) == tokenizer_fingerprint(FakeTokenizer(1000))
+    assert tokenizer_fingerprint(a).startswith("v1000:")
+    assert tokenizer_fingerprint(a) == tokenizer_fingerprint(relabelled)
+    assert tokenizer_fingerprint(a) != tokenizer_fingerprint(FakeTokenizer(1001))
+    assert tokenizer_fingerprint(a) != tokenizer_fingerprint(FakeTokenizer(1000, prefix="u"))  # other strings
+    # tables keyed before 2026-12-04 carry the legacy fingerprint, which told these apart: lookups match both
+    assert legacy_tokenizer_fingerprint(a) != legacy_tokenizer_fingerprint(relabelled)
+    assert tokenizer_fingerprints(a) == (tokenizer_fingerprint(a), legacy_tokenizer_fingerprint(a))
+    assert tokenizer_fingerprints(None, vocab_size=96) == ("ids-only:v96",)
     assert tokenizer_fingerprint(None, vocab_size=96) == "ids-only:v96"
     with pytest.raises(ProfileError):
         tokenizer_fingerprint(None)
@@ -393,3 +410,14 @@ def test_cli_accept_lookup_grid_counts_by_replay_alone(tmp_path):
     table = read_acceptance_file(out)
     assert table.workload == "mine" and table.prompts == 4 and len(table.rows) == len(lookup_grid())
     assert all(r.counted_by == "replay" and r.prompts == 4 for r in table.rows)
+    # a table keyed on the legacy tokenizer fingerprint (before 2026-12-04) resumes, re-keyed to the current one
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    assert table.tokenizer_fingerprint == tokenizer_fingerprint(tok) != legacy_tokenizer_fingerprint(tok)
+    write_acceptance_file(replace(table, tokenizer_fingerprint=legacy_tokenizer_fingerprint(tok)), out)
+    res = CliRunner().invoke(cli, ["accept", "--model", str(model_dir), "--workload", str(prompts), "--prompts", "1",
+                                   "--grid", "lookup", "--replay-prompts", "4", "-n", "16", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    resumed = read_acceptance_file(out)
+    assert resumed.tokenizer_fingerprint == tokenizer_fingerprint(tok) and resumed.created == table.created

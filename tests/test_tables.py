@@ -94,6 +94,29 @@ def test_find_table_prefers_the_store_then_shipped_files_then_the_other_dtype(tm
         assert source.startswith("store (chat, float32") and [r.label for r in table.rows] == [LOOKUP.label]
 
 
+def test_find_table_matches_every_fingerprint_of_the_tokenizer_and_merges_across_them(tmp_path):
+    # a store table keyed on the legacy fingerprint (before 2026-12-04) and a shipped one on the current one
+    shipped = tmp_path / "profiles"
+    shipped.mkdir()
+    (shipped / "acceptance-m-float32-chat.json").write_text(synthetic_table(tokenizer="v96:current").to_json())
+    fps = ("v96:current", "v96:legacy")
+    with ProfileStore(":memory:") as store:
+        table, source = find_table(store, model_fingerprint=FP, tokenizer_fingerprint=fps, workload="chat",
+                                   dtype="float32", table_dirs=[shipped])
+        assert table is not None and source.startswith("file:")
+        tuned = replace(synthetic_table(tokenizer="v96:legacy"), prompts=3, rows=(_row(LOOKUP, {1: 10, 3: 20}, 60),))
+        store.save_acceptance(tuned)
+        table, source = find_table(store, model_fingerprint=FP, tokenizer_fingerprint=fps, workload="chat",
+                                   dtype="float32", table_dirs=[shipped])
+        assert source.startswith("store + file:") and len(table.rows) == 3
+        # the current fingerprint alone misses the legacy store table, but still finds the shipped one
+        table, source = find_table(store, model_fingerprint=FP, tokenizer_fingerprint="v96:legacy", workload="chat",
+                                   dtype="float32", table_dirs=[])
+        assert source.startswith("store (chat") and [r.label for r in table.rows] == [LOOKUP.label]
+        assert find_table(store, model_fingerprint=FP, tokenizer_fingerprint="v96:other", workload="chat",
+                          dtype="float32", table_dirs=[shipped])[0] is None
+
+
 def test_find_table_never_returns_another_models_or_tokenizers_table(tmp_path):
     shipped = tmp_path / "profiles"
     shipped.mkdir()

@@ -24,6 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Shapes from each model's published config.json (hidden, intermediate, layers, heads, kv heads, vocab).
 ARCHS: dict[str, dict] = {
+    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True,
+                         max_position_embeddings=8192),
     "qwen2.5-coder-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
                                num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
                                tie_word_embeddings=False),
