@@ -21,8 +21,9 @@ def test_sizes_full_on_gpu_toy_with_quick():
     assert set(full.models) == {"smollm2-135m", "gemma3-270m"}
     assert {name for name, _ in full.methods} == {"window", "pool", "lookup", "adaptive"}
     assert sum(full.budget_s.values()) < 8 * 60  # the device check fits its 8 minutes
+    assert full.bench_repeats == 2  # the fastest of two: a first CUDA run pays cuDNN's per-shape plan building
     quick = sizes_for("cpu", quick=True)
-    assert max(quick.curve_ks) == 32 and quick.prompts == 1 and quick.max_new_tokens == 16
+    assert max(quick.curve_ks) == 32 and quick.prompts == 1 and quick.max_new_tokens == 16 and quick.bench_repeats == 1
     assert {name for name, _ in quick.methods} == {"window", "pool", "lookup", "adaptive"}
 
 
