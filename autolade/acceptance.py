@@ -229,7 +229,7 @@ class AcceptanceTable:
                 f"acceptance table is for model {self.model_fingerprint}, not {model_fingerprint}: acceptance "
                 "depends on the model; measure this one with `autolade accept --model ...`"
             )
-        fps = (tokenizer_fingerprint,) if isinstance(tokenizer_fingerprint, str) else tuple(tokenizer_fingerprint)
+        fps = as_fingerprints(tokenizer_fingerprint)
         if self.tokenizer_fingerprint not in fps:
             raise ProfileError(
                 f"acceptance table is for tokenizer {self.tokenizer_fingerprint}, not {fps[0]}: "
@@ -309,34 +309,42 @@ def tokenizer_fingerprint(tokenizer: Any, *, vocab_size: int | None = None) -> s
         if vocab_size is None:
             raise ProfileError("tokenizer_fingerprint needs a tokenizer or vocab_size")
         return f"ids-only:v{int(vocab_size)}"
-    size = len(tokenizer)
-    digest = hashlib.sha256(json.dumps(["vocab", _sample_pieces(tokenizer, size)], default=str).encode()).hexdigest()[:12]
-    return f"v{size}:{digest}"
+    return _fingerprint(len(tokenizer), ["vocab", _sample_pieces(tokenizer)])
 
 
-def legacy_tokenizer_fingerprint(tokenizer: Any) -> str:
+def legacy_tokenizer_fingerprint(tokenizer: Any, *, pieces: list[Any] | None = None) -> str:
     """The fingerprint tables were keyed on before 2026-12-04: the vocabulary sample *and* the
-    special-token labels and ids. Still matched on lookup, so older stores and files keep working."""
-    size = len(tokenizer)
+    special-token labels and ids. Still matched on lookup, so older stores and files keep working.
+    ``pieces``: ``_sample_pieces(tokenizer)`` when the caller has it already."""
     specials = sorted((str(k), str(v)) for k, v in (getattr(tokenizer, "special_tokens_map", None) or {}).items())
     special_ids = sorted(int(i) for i in (getattr(tokenizer, "all_special_ids", None) or []))
-    pieces = _sample_pieces(tokenizer, size)
-    digest = hashlib.sha256(json.dumps([specials, special_ids, pieces], default=str).encode()).hexdigest()[:12]
-    return f"v{size}:{digest}"
+    return _fingerprint(len(tokenizer), [specials, special_ids, _sample_pieces(tokenizer) if pieces is None else pieces])
 
 
 def tokenizer_fingerprints(tokenizer: Any, *, vocab_size: int | None = None) -> tuple[str, ...]:
     """Every fingerprint a table for this tokenizer may carry: the current one first, then the legacy one."""
-    current = tokenizer_fingerprint(tokenizer, vocab_size=vocab_size)
     if tokenizer is None:
-        return (current,)
-    legacy = legacy_tokenizer_fingerprint(tokenizer)
+        return (tokenizer_fingerprint(None, vocab_size=vocab_size),)
+    pieces = _sample_pieces(tokenizer)  # the expensive part, shared by both
+    current = _fingerprint(len(tokenizer), ["vocab", pieces])
+    legacy = legacy_tokenizer_fingerprint(tokenizer, pieces=pieces)
     return (current,) if legacy == current else (current, legacy)
 
 
-def _sample_pieces(tokenizer: Any, size: int) -> list[Any]:
+def as_fingerprints(tokenizer_fingerprint: str | Sequence[str]) -> tuple[str, ...]:
+    """One tokenizer fingerprint or several (``tokenizer_fingerprints``) as a tuple, the current one first."""
+    return (tokenizer_fingerprint,) if isinstance(tokenizer_fingerprint, str) else tuple(tokenizer_fingerprint)
+
+
+def _sample_pieces(tokenizer: Any) -> list[Any]:
+    """The strings of a spread of ids: the first 64 and about 256 more across the vocabulary."""
+    size = len(tokenizer)
     sample = list(range(min(size, 64))) + list(range(64, size, max(size // 256, 1)))
     return tokenizer.convert_ids_to_tokens(sample)
+
+
+def _fingerprint(size: int, hashed: list[Any]) -> str:
+    return f"v{size}:{hashlib.sha256(json.dumps(hashed, default=str).encode()).hexdigest()[:12]}"
 
 
 # --- files ---------------------------------------------------------------------------------
@@ -623,14 +631,17 @@ def measure_acceptance(
 def model_tokenizer_fingerprint(model: Any, tokenizer: Any = None) -> str:
     """``tokenizer_fingerprint`` of a model's tokenizer, with the vocabulary size from its config:
     what a new table is keyed on."""
-    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
-    return tokenizer_fingerprint(tokenizer, vocab_size=getattr(cfg, "vocab_size", None))
+    return tokenizer_fingerprint(tokenizer, vocab_size=_config_vocab_size(model))
 
 
 def model_tokenizer_fingerprints(model: Any, tokenizer: Any = None) -> tuple[str, ...]:
     """``tokenizer_fingerprints`` of a model's tokenizer: what a lookup matches."""
+    return tokenizer_fingerprints(tokenizer, vocab_size=_config_vocab_size(model))
+
+
+def _config_vocab_size(model: Any) -> int | None:
     cfg = getattr(model.config, "get_text_config", lambda: model.config)()
-    return tokenizer_fingerprints(tokenizer, vocab_size=getattr(cfg, "vocab_size", None))
+    return getattr(cfg, "vocab_size", None)
 
 
 def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:

@@ -445,10 +445,10 @@ class ProfileStore:
                         workload: str, dtype: str) -> Any:
         """The most recent ``AcceptanceTable`` for this key, or None. ``tokenizer_fingerprint``: one, or
         every fingerprint the tokenizer's tables may carry (``acceptance.tokenizer_fingerprints``)."""
-        from .acceptance import AcceptanceTable
+        from .acceptance import AcceptanceTable, as_fingerprints
 
         model_fingerprint = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
-        fps = [tokenizer_fingerprint] if isinstance(tokenizer_fingerprint, str) else list(tokenizer_fingerprint)
+        fps = as_fingerprints(tokenizer_fingerprint)
         sql = (f"select id, acceptance_table from acceptance where model_fingerprint = ? and tokenizer_fingerprint in "
                f"({', '.join('?' for _ in fps)}) and workload = ? and dtype = ? order by created desc, id desc limit 1")
         with self._errors("read"):

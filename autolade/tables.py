@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .acceptance import FORMAT, AcceptanceTable, Setting
+from .acceptance import FORMAT, AcceptanceTable, Setting, as_fingerprints
 from .errors import ProfileError
 from .profile_format import DTYPES, model_key
 
@@ -65,7 +65,7 @@ def find_table(store: Any, *, model_fingerprint: str | dict[str, str], tokenizer
     from .paths import repo_profiles_dir
 
     fp = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
-    tfps = (tokenizer_fingerprint,) if isinstance(tokenizer_fingerprint, str) else tuple(tokenizer_fingerprint)
+    tfps = as_fingerprints(tokenizer_fingerprint)
     dirs = [repo_profiles_dir()] if table_dirs is None else list(table_dirs)
     files: list[tuple[AcceptanceTable, str]] | None = None
     for d in (dtype, *(x for x in DTYPES if x != dtype)):

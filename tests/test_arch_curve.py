@@ -3,12 +3,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny import TINY_ARCH
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import arch_curve
-
-TINY = {"tiny-llama": dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, vocab_size=128, max_position_embeddings=256)}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -24,7 +22,7 @@ def test_shapes_give_the_published_parameter_counts(name, published):
 def test_curve_is_measured_and_written_per_architecture(tmp_path, capsys):
     out = tmp_path / "curves.json"
     rc = arch_curve.main(["--device", "cpu", "--dtype", "float32", "--ks", "1,4", "--contexts", "16",
-                          "--repeats", "1", "--out", str(out)], archs=TINY)  # fmt: skip
+                          "--repeats", "1", "--out", str(out)], archs=TINY_ARCH)  # fmt: skip
     assert rc == 0
     data = json.loads(out.read_text())
     assert data["weights"].startswith("random")

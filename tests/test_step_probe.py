@@ -2,16 +2,15 @@ import json
 import sys
 from pathlib import Path
 
+from tiny import TINY_ARCH
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import step_probe
-
-TINY = {"tiny-llama": dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, vocab_size=128, max_position_embeddings=1024)}  # fmt: skip
 
 
 def test_probe_times_each_setting_next_to_the_curve(tmp_path, capsys):
     rc = step_probe.main(["--device", "cpu", "--dtype", "float32", "--arch", "tiny-llama", "--tokens", "12",
-                          "--out", str(tmp_path)], archs=TINY)  # fmt: skip
+                          "--out", str(tmp_path)], archs=TINY_ARCH)  # fmt: skip
     assert rc == 0
     data = json.loads((tmp_path / "step_probe.json").read_text())
     assert set(data["runs"]) == {"greedy", "W15N5G15+L10", "L10", "W4N3G4"}

@@ -12,6 +12,11 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+# A model config for tools/arch_curve.py-style builders (random weights from a config): tiny, any device.
+TINY_ARCH = {"tiny-llama": dict(model_type="llama", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                max_position_embeddings=1024)}  # fmt: skip
+
 
 def tiny_llama(
     *, seed: int = 0, vocab: int = 96, dtype: torch.dtype = torch.float32, max_positions: int = 512, **config

@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None, *, archs: dict[str, dict] = arch_curve.A
     clock = DeviceClock(args.device)
     model = arch_curve.build(args.arch, device=args.device, dtype=args.dtype, archs=archs)
     vocab = model.config.vocab_size
-    curve = measure_step_curve(model, ks=[1, 8, 32, 64, 96], contexts=[512], repeats=5, name=args.arch)
-    result: dict = {"arch": args.arch, "device": args.device, "dtype": args.dtype, "curve_ms": curve.points[512], "runs": {}}
+    context = 512  # KV length the curve is read at (the prompt below is 400 tokens, plus what it decodes)
+    curve = measure_step_curve(model, ks=[1, 8, 32, 64, 96], contexts=[context], repeats=5, name=args.arch)
+    result: dict = {"arch": args.arch, "device": args.device, "dtype": args.dtype, "curve_ms": curve.points[context], "runs": {}}
     base = torch.randint(0, vocab, (1, 60), generator=torch.Generator().manual_seed(0))
     prompt = base.repeat(1, 7)[:, :400].to(args.device)  # [1, 400], repetitive: prompt lookup finds drafts
     settings = {
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None, *, archs: dict[str, dict] = arch_curve.A
                "forward_ms_median": statistics.median(s.forward_ms for s in steps),
                "step_ms_median": statistics.median(s.step_ms for s in steps),
                "packed_median": statistics.median(s.packed for s in steps)}  # fmt: skip
-        row["c_of_packed_ms"] = curve.cost(min(row["packed_median"], 96), 512)
+        row["c_of_packed_ms"] = curve.cost(min(row["packed_median"], curve.ks[-1]), context)
         result["runs"][name] = row
         print(f"{name:<14} {row['steps']:3d} steps, packed {row['packed_median']:5.1f}, forward {row['forward_ms_median']:6.1f} ms, "
               f"step {row['step_ms_median']:6.1f} ms, c(packed) {row['c_of_packed_ms']:6.1f} ms, wall {wall:.2f} s", flush=True)  # fmt: skip
