@@ -35,6 +35,7 @@ from .profile_format import DTYPES, _get, autolade_version, now_iso
 
 FORMAT = "autolade-acceptance"
 VERSION = 1
+REPLAYED_ON = "; prompt lookup replayed on "  # joins a table's engine prompt set and the one replay counted on
 TABULATED_POLICIES = ("static", "lookup")  # policies whose plan reads acceptance only, never time or cost
 MAX_PACKED = 4096  # a packed step beyond this many tokens is a bug or a typo
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
@@ -87,22 +88,24 @@ GREEDY_SETTING = Setting(label="greedy", config=GREEDY)
 
 
 def default_grid() -> tuple[Setting, ...]:
-    """The candidates ``autolade accept`` measures: 34 settings, ~10 prompts x 128 tokens each is
+    """The candidates ``autolade accept`` measures: 36 settings, ~10 prompts x 128 tokens each is
     minutes on a CPU for SmolLM2-135M. Greedy; the scaled prompt lookup (the CPU default);
     unscaled prompt lookup, 1-3 drafts of 4/8/10 tokens; the ``lookup`` policy; pure Jacobi windows
-    W in {1,2,4,7,10,15}, N in {2..5}, G in {0..W} (a spread, not the full product); and two
-    windows with prompt lookup (the paper's GPU setting among them)."""
+    W in {1,2,4,7,10,15}, N in {2..5}, G in {0..W} (a spread, not the full product); and three
+    windows with prompt lookup: W4 N4 G4, W7 N2 G7 (one-token guesses: the cheapest window per
+    guess, the best timed setting on Qwen2.5-Coder 1.5B on a 2-core CPU) and the paper's GPU setting."""
     grid = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP)]
     for drafts in (1, 2, 3):
         for length in (4, 8, 10):
             grid.append(Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=length, prompt_lookup_drafts=drafts)))
     grid.append(Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=2), policy="lookup"))
     windows = ((1, 3, 1), (1, 5, 1), (2, 3, 2), (2, 4, 2), (4, 2, 4), (4, 3, 4), (4, 4, 0), (4, 4, 2), (4, 4, 4),
-               (4, 5, 4), (7, 3, 7), (7, 4, 3), (7, 4, 7), (7, 5, 7), (10, 4, 10), (10, 5, 5), (10, 5, 10),
+               (4, 5, 4), (7, 2, 7), (7, 3, 7), (7, 4, 3), (7, 4, 7), (7, 5, 7), (10, 4, 10), (10, 5, 5), (10, 5, 10),
                (15, 4, 15), (15, 5, 7), (15, 5, 15))
     for w, n, g in windows:
         grid.append(Setting.of(LookaheadConfig(window=w, ngram=n, guesses=g, prompt_lookup=0)))
     grid.append(Setting.of(SCALED_LOOKUP.with_(window=4, ngram=4, guesses=4)))
+    grid.append(Setting.of(SCALED_LOOKUP.with_(window=7, ngram=2, guesses=7)))
     grid.append(Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15)))  # paper's W/N/G, default lookup 10x2
     return tuple(grid)
 
@@ -611,7 +614,9 @@ def measure_acceptance(
     table = empty_table(model, tokenizer, workload=workload, max_new_tokens=max_new_tokens, prompts=len(prompts),
                         prompt_set=prompt_set, measured_on=measured_on)
     if resume_from is not None and _same_measurement(resume_from, table):
-        table = replace(table, rows=resume_from.rows, created=resume_from.created)
+        # a table grown by replay keeps its prompt count and set; rows measured now say their own count
+        table = replace(table, rows=resume_from.rows, created=resume_from.created, prompts=resume_from.prompts,
+                        prompt_set=resume_from.prompt_set)
     done = {row.label for row in table.rows}
     for i, setting in enumerate(settings, 1):
         if setting.label in done:
@@ -619,7 +624,7 @@ def measure_acceptance(
                 progress(f"[{i}/{len(settings)}] {setting.label:<34} measured before (resumed)")
             continue
         row = measure_row(model, prompts, setting, max_new_tokens=max_new_tokens)
-        table = table.with_row(row)
+        table = table.with_row(row if table.prompts == len(prompts) else replace(row, prompts=len(prompts)))
         if progress is not None:
             progress(f"[{i}/{len(settings)}] {setting.label:<34} {row.tokens_per_step:5.2f} tokens/step "
                      f"(sd {row.tokens_per_step_sd:.2f}), {row.packed_mean:6.1f} packed/step, {row.steps} steps")
@@ -644,25 +649,39 @@ def _config_vocab_size(model: Any) -> int | None:
     return getattr(cfg, "vocab_size", None)
 
 
+def engine_prompt_set(prompt_set: str) -> str:
+    """The part of a table's ``prompt_set`` that the engine counted on, without what replay added."""
+    return prompt_set.split(REPLAYED_ON)[0]
+
+
 def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:
-    """Whether ``a`` was measured on the same model, tokenizer, dtype, workload, prompts and length as ``b``."""
-    keys = ("model_name", "model_config_hash", "tokenizer_fingerprint", "dtype", "workload", "max_new_tokens",
-            "prompts", "prompt_set")
-    return all(getattr(a, k) == getattr(b, k) for k in keys)
+    """Whether ``a`` was measured on the same model, tokenizer, dtype, workload, prompts and length as ``b``,
+    or is that measurement grown by replay since (``add_replayed_rows``): its engine rows still counted on
+    ``b``'s prompts, its prompt set ``b``'s plus the replayed one."""
+    keys = ("model_name", "model_config_hash", "tokenizer_fingerprint", "dtype", "workload", "max_new_tokens")
+    if not all(getattr(a, k) == getattr(b, k) for k in keys):
+        return False
+    if (a.prompts, a.prompt_set) == (b.prompts, b.prompt_set):
+        return True
+    engine = [r for r in a.rows if r.counted_by == "engine"]
+    return (REPLAYED_ON in a.prompt_set and engine_prompt_set(a.prompt_set) == b.prompt_set
+            and all(a.row_prompts(r) == b.prompts for r in engine))
 
 
 def compact_grid() -> tuple[Setting, ...]:
-    """A 13-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
-    greedy, the prompt-lookup family, and one window per size class up to the paper's W=15 N=5 G=15."""
+    """A 15-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
+    greedy, the prompt-lookup family, one window per size class up to the paper's W=15 N=5 G=15, and
+    W7 N2 G7 alone and with scaled prompt lookup."""
     labels = {s.label: s for s in default_grid()}
     keep = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP),
             Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=1)),
             Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=4, prompt_lookup_drafts=3)),
             Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=2), policy="lookup")]
-    for w, n, g in ((2, 3, 2), (4, 3, 4), (4, 4, 4), (7, 4, 7), (10, 5, 10), (15, 5, 15)):
+    for w, n, g in ((2, 3, 2), (4, 3, 4), (4, 4, 4), (7, 4, 7), (10, 5, 10), (15, 5, 15), (7, 2, 7)):
         keep.append(Setting.of(LookaheadConfig(window=w, ngram=n, guesses=g, prompt_lookup=0)))
     keep += [Setting.of(SCALED_LOOKUP.with_(window=4, ngram=4, guesses=4)),
-             Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15))]
+             Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15)),
+             Setting.of(SCALED_LOOKUP.with_(window=7, ngram=2, guesses=7))]
     missing = [s.label for s in keep if s.label not in labels]
     assert not missing, missing  # every compact setting is one of the full grid's
     return tuple(keep)

@@ -461,7 +461,7 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
 @click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts measured per setting")
 @click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
 @click.option("--grid", type=click.Choice(["full", "compact", "lookup"]), default="full", show_default=True,
-              help="candidate settings: full (34), compact (13) or lookup (greedy and static prompt lookup: replay alone counts them)")
+              help="candidate settings: full (36), compact (15) or lookup (greedy and static prompt lookup: replay alone counts them)")
 @click.option("--replay-prompts", type=int, default=0, show_default=True, metavar="M",
               help="also count the prompt-lookup settings on M prompts by replaying one greedy run each (cheap)")
 @click.option("--traces", type=click.Path(dir_okay=False, exists=True), default=None,
@@ -478,9 +478,11 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
 
     from . import api
     from .acceptance import (
+        REPLAYED_ON,
         compact_grid,
         default_grid,
         empty_table,
+        engine_prompt_set,
         lookup_grid,
         measure_acceptance,
         model_tokenizer_fingerprints,
@@ -532,7 +534,7 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
         if replay_prompts:
             click.echo(f"replaying the prompt-lookup settings over {replay_prompts} greedy outputs...", err=True)
             more = [encode_prompt(tok, p.text, kind=p.kind) for p in tuning[:replay_prompts]]
-            table = replace(table, prompt_set=f"{table.prompt_set}; prompt lookup replayed on {tag} tuning split[:{len(more)}]")
+            table = replace(table, prompt_set=f"{engine_prompt_set(table.prompt_set)}{REPLAYED_ON}{tag} tuning split[:{len(more)}]")
             table = add_replayed_rows(table, mdl, more, grid, progress=lambda m: click.echo(m, err=True),
                                       outputs=read_traces(traces) if traces else None)
             save(table)

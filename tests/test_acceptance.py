@@ -74,7 +74,7 @@ def test_setting_labels_and_policies():
 
 def test_default_grid_is_small_unique_and_covers_the_families():
     grid = default_grid()
-    assert 25 <= len(grid) <= 35
+    assert 25 <= len(grid) <= 40
     assert len({s.label for s in grid}) == len(grid)
     configs = [s.config for s in grid]
     assert GREEDY in configs and SCALED_LOOKUP in configs
@@ -332,7 +332,7 @@ def test_an_interrupted_measurement_keeps_its_complete_rows():
 def test_compact_grid_is_a_subset_of_the_full_one():
     full = {s.label for s in default_grid()}
     compact = [s.label for s in compact_grid()]
-    assert len(compact) == len(set(compact)) == 13 and set(compact) <= full
+    assert len(compact) == len(set(compact)) == 15 and set(compact) <= full
 
 
 def test_measure_refuses_bad_arguments():
@@ -391,6 +391,33 @@ def test_merge_keeps_every_setting_and_the_row_on_more_prompts():
     assert merged.row(LOOKUP4.label).tokens == 150 and merged.prompts == 10
     with pytest.raises(ProfileError, match="same model"):
         few.merged(table(workload="code"))
+
+
+def test_cli_accept_run_again_on_a_replayed_table_measures_nothing_twice(tmp_path):
+    """The same `accept --grid compact --replay-prompts M -o FILE` run again (a grid that grew, an
+    interrupted run): every row is kept, no engine run and no greedy pass is made again, and the
+    prompt set is not repeated."""
+    from tests.tiny import tiny_llama_dir, word_tokenizer
+
+    model_dir = tmp_path / "tiny"
+    tiny_llama_dir(model_dir, tokenizer=word_tokenizer())
+    motif = " ".join(f"w{i}" for i in range(10, 18))
+    prompts = tmp_path / "mine.txt"
+    prompts.write_text("\n\n".join(f"w{3 + k} {motif} w{40 + k} {motif}" for k in range(12)) + "\n")
+    out = tmp_path / "table.json"
+    args = ["accept", "--model", str(model_dir), "--workload", str(prompts), "--prompts", "1", "--grid", "compact",
+            "--replay-prompts", "3", "-n", "12", "-o", str(out)]
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    table = read_acceptance_file(out)
+    assert table.prompts == 3 and table.prompt_set == "mine tuning split[:1]; prompt lookup replayed on mine tuning split[:3]"
+    engine = [r for r in table.rows if r.counted_by == "engine"]
+    assert len(engine) == 10 and all(table.row_prompts(r) == 1 for r in engine)
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 0, again.output
+    assert again.output.count("measured before (resumed)") == 10 and "greedy output 1/3" in first.output
+    assert "greedy output 1/" not in again.output and "replayed on 3 prompts before: kept" in again.output
+    assert read_acceptance_file(out) == table
 
 
 def test_cli_accept_lookup_grid_counts_by_replay_alone(tmp_path):

@@ -52,3 +52,39 @@ def test_rows_counted_on_fewer_prompts_carry_the_samples_bias():
     assert back.row(WINDOW.label).sample_scale == win.sample_scale
     with pytest.raises(ProfileError, match="sample_scale"):
         row(sample_scale=50.0)
+
+
+def test_a_table_grown_by_replay_resumes_measuring_only_the_new_settings():
+    """`autolade accept` run again with a grid that grew: the rows counted before are kept, the engine
+    counts only the new setting on the same prompts, and its sample scale comes from the rows counted on
+    those prompts before, with no greedy pass made again."""
+    from dataclasses import replace
+
+    from autolade.acceptance import REPLAYED_ON
+
+    model = tiny_llama()
+    easy = repetitive_prompt(seed=0)
+    hard = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:40].add(3)
+    prompts, lookups = [easy, hard, hard.flip(0)], [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING]
+    base = measure_acceptance(model, [easy], [WINDOW, GREEDY_SETTING], max_new_tokens=40, workload="chat",
+                              prompt_set="chat tuning split[:1]")
+    grown = add_replayed_rows(replace(base, prompt_set=f"chat tuning split[:1]{REPLAYED_ON}chat tuning split[:3]"),
+                              model, prompts, lookups)
+    new_window = Setting.of(LookaheadConfig(window=7, ngram=2, guesses=7, prompt_lookup=0))
+    assert new_window.label != WINDOW.label
+    lines: list[str] = []
+    more = measure_acceptance(model, [easy], [WINDOW, GREEDY_SETTING, new_window], max_new_tokens=40, workload="chat",
+                              prompt_set="chat tuning split[:1]", resume_from=grown, progress=lines.append)
+    assert sum("measured before (resumed)" in line for line in lines) == 2
+    assert (more.prompts, more.prompt_set, more.created) == (grown.prompts, grown.prompt_set, grown.created)
+    assert more.row(WINDOW.label) == grown.row(WINDOW.label)
+    assert more.row_prompts(more.row(new_window.label)) == 1  # counted on the engine's one prompt, not the table's 3
+    lines = []
+    done = add_replayed_rows(more, model, prompts, lookups, progress=lines.append)
+    assert not any("greedy output" in line for line in lines) and any("replayed on 3 prompts before" in line for line in lines)
+    assert done.row(new_window.label).sample_scale == grown.row(WINDOW.label).sample_scale < 1.0
+    assert [r for r in done.rows if r.label != new_window.label] == list(grown.rows)
+    # the same engine prompts under another prompt set are another measurement: nothing is resumed
+    other = measure_acceptance(model, [easy], [GREEDY_SETTING], max_new_tokens=40, workload="chat",
+                               prompt_set="chat tuning split[:2]", resume_from=grown)
+    assert other.prompts == 1 and [r.label for r in other.rows] == ["greedy"] and other.row("greedy").counted_by == "engine"
