@@ -121,8 +121,9 @@ def _known_scales(table: AcceptanceTable, m: int) -> dict[int, float] | None:
 
 
 def _scaled(row: AcceptanceRow, scales: Mapping[int, float], m: int) -> AcceptanceRow:
-    n = row.prompts if row.prompts is not None else m
-    return replace(row, sample_scale=scales[n]) if row.counted_by == "engine" and n < m else row
+    """``row`` with the known scale of its prompt count when the engine counted it on fewer than ``m``
+    (its ``prompts`` is set: ``add_replayed_rows`` fills it in first)."""
+    return replace(row, sample_scale=scales[row.prompts]) if row.counted_by == "engine" and row.prompts < m else row
 
 
 def sample_scale(settings: Sequence[Setting], traces: Sequence[Any], n: int, *,

@@ -393,10 +393,8 @@ def test_merge_keeps_every_setting_and_the_row_on_more_prompts():
         few.merged(table(workload="code"))
 
 
-def test_cli_accept_run_again_on_a_replayed_table_measures_nothing_twice(tmp_path):
-    """The same `accept --grid compact --replay-prompts M -o FILE` run again (a grid that grew, an
-    interrupted run): every row is kept, no engine run and no greedy pass is made again, and the
-    prompt set is not repeated."""
+def _tiny_model_and_prompts(tmp_path):
+    """A tiny model saved as a directory, a prompts file of 12 repetitive prompts, and where a table goes."""
     from tests.tiny import tiny_llama_dir, word_tokenizer
 
     model_dir = tmp_path / "tiny"
@@ -404,7 +402,14 @@ def test_cli_accept_run_again_on_a_replayed_table_measures_nothing_twice(tmp_pat
     motif = " ".join(f"w{i}" for i in range(10, 18))
     prompts = tmp_path / "mine.txt"
     prompts.write_text("\n\n".join(f"w{3 + k} {motif} w{40 + k} {motif}" for k in range(12)) + "\n")
-    out = tmp_path / "table.json"
+    return model_dir, prompts, tmp_path / "table.json"
+
+
+def test_cli_accept_run_again_on_a_replayed_table_measures_nothing_twice(tmp_path):
+    """The same `accept --grid compact --replay-prompts M -o FILE` run again (a grid that grew, an
+    interrupted run): every row is kept, no engine run and no greedy pass is made again, and the
+    prompt set is not repeated."""
+    model_dir, prompts, out = _tiny_model_and_prompts(tmp_path)
     args = ["accept", "--model", str(model_dir), "--workload", str(prompts), "--prompts", "1", "--grid", "compact",
             "--replay-prompts", "3", "-n", "12", "-o", str(out)]
     first = CliRunner().invoke(cli, args)
@@ -422,14 +427,7 @@ def test_cli_accept_run_again_on_a_replayed_table_measures_nothing_twice(tmp_pat
 
 def test_cli_accept_lookup_grid_counts_by_replay_alone(tmp_path):
     """`--grid lookup --replay-prompts M`: no engine run, every row replayed on M prompts, saved and written."""
-    from tests.tiny import tiny_llama_dir, word_tokenizer
-
-    model_dir = tmp_path / "tiny"
-    tiny_llama_dir(model_dir, tokenizer=word_tokenizer())
-    motif = " ".join(f"w{i}" for i in range(10, 18))
-    prompts = tmp_path / "mine.txt"
-    prompts.write_text("\n\n".join(f"w{3 + k} {motif} w{40 + k} {motif}" for k in range(12)) + "\n")
-    out = tmp_path / "table.json"
+    model_dir, prompts, out = _tiny_model_and_prompts(tmp_path)
     res = CliRunner().invoke(cli, ["accept", "--model", str(model_dir), "--workload", str(prompts), "--prompts", "1",
                                    "--grid", "lookup", "--replay-prompts", "4", "-n", "16", "-o", str(out)])
     assert res.exit_code == 0, res.output
