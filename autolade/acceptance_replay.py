@@ -68,9 +68,8 @@ def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any]
         return table
     # rows keep the prompt count they were counted on when the table's grows
     table = replace(table, rows=tuple(replace(r, prompts=table.row_prompts(r)) for r in table.rows))
-    known = _known_scales(table, len(prompts))
-    if known is not None and all(s.label in {r.label for r in table.rows}
-                                 and table.row(s.label).prompts >= len(prompts) for s in wanted):
+    known, counted = _known_scales(table, len(prompts)), {r.label: r.prompts for r in table.rows}
+    if known is not None and all(counted.get(s.label, 0) >= len(prompts) for s in wanted):
         # an earlier run replayed these prompts already (a resumed table): no greedy pass to make again
         if progress is not None:
             progress(f"  every prompt-lookup setting was replayed on {len(prompts)} prompts before: kept")
@@ -114,10 +113,9 @@ def _known_scales(table: AcceptanceTable, m: int) -> dict[int, float] | None:
     """{prompt count: sample scale} of the engine rows counted on fewer than ``m`` prompts, from the rows
     already scaled; None where some prompt count has no scaled row yet (a scale of exactly 1.0 reads as
     not scaled: recomputing it costs one greedy pass, never a wrong row)."""
-    scales = {table.row_prompts(r): r.sample_scale for r in table.rows
-              if r.counted_by == "engine" and table.row_prompts(r) < m and r.sample_scale != 1.0}
-    counts = {table.row_prompts(r) for r in table.rows if r.counted_by == "engine" and table.row_prompts(r) < m}
-    return scales if counts <= scales.keys() else None
+    fewer = [r for r in table.rows if r.counted_by == "engine" and table.row_prompts(r) < m]
+    scales = {table.row_prompts(r): r.sample_scale for r in fewer if r.sample_scale != 1.0}
+    return scales if {table.row_prompts(r) for r in fewer} <= scales.keys() else None
 
 
 def _scaled(row: AcceptanceRow, scales: Mapping[int, float], m: int) -> AcceptanceRow:
