@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from .config import LookaheadConfig
 from .curve import StepCurve
 from .engine.layout import DraftTree
-from .engine.memory import AnswerMemory
+from .engine.memory import AnswerMemory, MemorySource
 from .engine.prompt_lookup import SuffixIndex
 from .engine.steps import StepOutcome, StepPlan
 from .errors import ConfigError
@@ -99,21 +99,27 @@ class HFPromptLookup:
 
 
 class WithMemory:
-    """A rule's drafts plus the n-gram memory's (``autolade.engine.memory``): the memory's drafts go
+    """A rule's drafts plus the n-gram memory's, drafted by the engine's own ``MemorySource`` (each
+    draft cut to the length it has earned, scored against what follows): the memory's drafts go
     into the tree after the rule's, as in the engine. ``only_unmatched``: consult the memory only
     on steps where the rule drafts nothing."""
 
+    PLAN = StepPlan(window=0, guesses=0, draft_len=1, drafts=1)  # any plan that drafts: the memory sizes its own
+
     def __init__(self, base: DraftRule, memory: AnswerMemory, *, only_unmatched: bool = False) -> None:
         self.base, self.memory, self.only_unmatched = base, memory, only_unmatched
+        self.source = MemorySource(memory)
+        self._seen = 0  # context tokens already given to the source
         self.max_ngram = base.max_ngram
         self.name = f"{base.name} + memory ({len(memory)} answers{', unmatched steps' if only_unmatched else ''})"
 
     def drafts(self, index: SuffixIndex) -> list[tuple[int, ...]]:
+        self.source.update(tokens=index.tokens[self._seen :])
+        self._seen = len(index.tokens)
         drafts = self.base.drafts(index)
         if drafts and self.only_unmatched:
             return drafts
-        tail = index.tokens[-self.memory.config.max_ngram :]
-        return drafts + self.memory.drafts(tail)[0]
+        return drafts + self.source.get_candidates(plan=self.PLAN, last=index.tokens[-1]).drafts
 
     def update(self, drafts: list[tuple[int, ...]], accepted: int) -> None:
         self.base.update(drafts, accepted)

@@ -93,3 +93,47 @@ def test_source_drafts_from_the_context_it_was_given():
     assert got.drafts == [(9, 10)] and got.match_len == 2
     # a plan without drafts (a plain greedy step) gets no memory drafts either
     assert src.get_candidates(plan=StepPlan(window=0, guesses=0, draft_len=0, drafts=0), last=8).drafts == []
+
+
+def _source_after(mem: AnswerMemory, context: list[int]) -> MemorySource:
+    src = MemorySource(mem)
+    src.update(tokens=context)
+    return src
+
+
+def test_drafts_that_keep_failing_are_cut_to_nothing_and_still_scored():
+    mem = AnswerMemory(MemoryConfig(min_ngram=2, max_len=8))
+    mem.add([7, 8, 9, 10, 11, 12, 13])
+    src = _source_after(mem, [1, 7, 8])
+    assert src.get_candidates(plan=PLAN, last=8).drafts == [(9, 10)]  # a 2-token match backs 2 tokens
+    src.update(tokens=[50, 7, 8])
+    for _ in range(30):  # the output never follows the memory: "7 8" is followed by 50, not 9
+        src.get_candidates(plan=PLAN, last=8)
+        src.update(tokens=[50, 7, 8])
+    assert mem.yields.reached[2][0][1] >= 30 and mem.yields.passed[2][0][1] == 0
+    assert src.get_candidates(plan=PLAN, last=8).drafts == []  # nothing packed any more...
+    src.update(tokens=[9, 10, 7, 8])  # ...but still looked up and scored: this time it was right
+    assert mem.yields.passed[2][0][1] == 1 and mem.yields.passed[2][0][2] == 1
+
+
+def test_drafts_that_keep_being_right_grow_past_the_prior_cut():
+    mem = AnswerMemory(MemoryConfig(min_ngram=2, min_support=1, max_len=16))
+    answer = list(range(100, 116))
+    mem.add([5, 6, 7, 8, 9, *answer])
+    src = _source_after(mem, [5, 6, 7, 8, 9])  # a 5-token match: one occurrence backs 16 tokens
+    first = src.get_candidates(plan=PLAN, last=9).drafts
+    assert len(first) == 1 and 0 < len(first[0]) < 16  # unproven: cut where the prior's chance drops below min_alive
+    src.update(tokens=[*answer, 5, 6, 7, 8, 9])
+    for _ in range(10):
+        src.get_candidates(plan=PLAN, last=9)
+        src.update(tokens=[*answer, 5, 6, 7, 8, 9])  # the output is the remembered answer, every time
+    assert src.get_candidates(plan=PLAN, last=9).drafts == [tuple(answer)]
+
+
+def test_min_alive_zero_packs_what_the_evidence_allows():
+    mem = AnswerMemory(MemoryConfig(min_ngram=2, min_support=1, max_len=16, min_alive=0.0))
+    mem.add([5, 6, 7, 8, 9, *range(100, 116)])
+    src = _source_after(mem, [5, 6, 7, 8, 9])
+    assert src.get_candidates(plan=PLAN, last=9).drafts == [tuple(range(100, 116))]
+    with pytest.raises(ValueError, match="0 <= min_alive < 1"):
+        MemoryConfig(min_alive=1.5)

@@ -6,7 +6,8 @@ import pytest
 
 from autolade.curve import StepCurve
 from autolade.errors import ConfigError
-from autolade.replay import CostAwareLookup, HFPromptLookup, Lookup, Trace, replay
+from autolade.engine.memory import AnswerMemory, MemoryConfig
+from autolade.replay import CostAwareLookup, HFPromptLookup, Lookup, Trace, WithMemory, replay
 
 # 1 token 10 ms, 4 tokens 11 ms, 8 tokens 14 ms, 16 tokens 20 ms, 32 tokens 32 ms (a CPU-like curve)
 CURVE = StepCurve(points={256: {1: 10.0, 4: 11.0, 8: 14.0, 16: 20.0, 32: 32.0}})
@@ -90,3 +91,21 @@ def test_bound_report_tables_per_set_with_ratios_to_scaled_lookup():
     rows = [line for line in text.splitlines() if line.startswith("| lookup 16x3s (n-gram <= 4) |")]
     assert len(rows) == 2 and all(row.endswith("| 1.000 |") for row in rows)  # the reference row
     assert text.count("oracle-sized") == 4
+
+
+def test_memory_replays_as_the_engine_drafts_it_cut_to_what_it_earned():
+    # the output repeats an earlier answer the prompt never showed: only the memory can draft it
+    answer = tuple(range(500, 540))
+    trace = Trace(prompt=(1, 2, 3), output=(7, 8, 9, *answer))
+    mem = AnswerMemory(MemoryConfig())
+    for _ in range(3):
+        mem.add((7, 8, 9, *answer))
+    plain = replay(lambda: Lookup(length=16, drafts=3, scaled=True), [trace], CURVE)
+    with_mem = replay(lambda: WithMemory(Lookup(length=16, drafts=3, scaled=True), mem), [trace] * 4, CURVE)
+    assert plain.tokens_per_step == 1.0
+    assert with_mem.tokens_per_step > 3.0
+    # the source scored every draft against the output: the rank-0 drafts were right all along, so
+    # the learned chance at their positions beats the starting guess and they are packed whole
+    yields = mem.yields
+    assert yields.passed[6][0][1] > 0 and yields.passed[6][0][1] == yields.reached[6][0][1]
+    assert yields.length(6, 0, mem.config.min_alive) == mem.config.max_len

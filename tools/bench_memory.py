@@ -9,6 +9,9 @@ with the greedy outputs of its tuning split only (from the traces), then every h
 interleaved in one process: HF greedy, HF prompt lookup, autolade without memory, autolade with its
 workload's memory (read only, so every prompt sees the same memory), and autolade with the *other*
 workload's memory (a workload that memory has never seen). Same setting for every autolade run.
+``--uncut`` adds the workload's memory with ``min_alive=0`` (every draft packed as long as its
+evidence allows, the memory before drafts had to earn their length); ``--no-other`` drops the
+other workload's memory.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=10, help="held-out prompts per set")
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--config", default=None, help="W,N,G[,LOOKUP][,key=value...] (default: the CPU built-in scaled lookup)")
+    ap.add_argument("--uncut", action="store_true", help="also time the memory with min_alive=0 (no cut by earned length)")
+    ap.add_argument("--no-other", action="store_true", help="skip the other workload's memory")
     ap.add_argument("-o", "--output", default="out/bench_memory", help="writes OUT.json and OUT.md")
     args = ap.parse_args(argv)
 
@@ -39,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from autolade import api
     from autolade.config import parse_method
+    from autolade.engine.memory import AnswerMemory, MemoryConfig
     from autolade.harness import divergence, rotate, run_autolade, run_greedy, run_pld
     from autolade.memory import add_answers, open_memory_store
     from autolade.models import model_fingerprint
@@ -53,11 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     for f in args.traces:
         data.update(json.loads(Path(f).read_text()))
     sets = list(data)
+    uncut: dict[str, AnswerMemory] = {}
     with open_memory_store() as store:
         for w, rows in data.items():
             tuning = {p.id for p in split_workload(load_workload(w))[0]}
             warm = [r["output"] for r in rows if r["id"] in tuning]
             add_answers(store, model_key=key, workload=w, answers=warm, source="bench_memory", keep=100_000)
+            uncut[w] = AnswerMemory(MemoryConfig(min_alive=0.0))
+            uncut[w].add_many(warm)
             print(f"{w}: memory warmed with {len(warm)} tuning-split answers", file=sys.stderr)
 
     report: dict[str, dict] = {}
@@ -70,7 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             "autolade + memory": lambda ids, w=w: run_autolade(model, ids, max_new_tokens=args.max_new_tokens, config=config,
                                                                memory="read", workload=w),
         }
-        if other:
+        if args.uncut:
+            methods["autolade + memory, uncut"] = lambda ids, w=w: run_autolade(
+                model, ids, max_new_tokens=args.max_new_tokens, config=config, memory=uncut[w])
+        if other and not args.no_other:
             methods[f"autolade + {other} memory"] = lambda ids, o=other: run_autolade(
                 model, ids, max_new_tokens=args.max_new_tokens, config=config, memory="read", workload=o)
         held = split_workload(load_workload(w))[1][: args.prompts]

@@ -8,6 +8,13 @@ recent occurrences, and grows drafts along the continuations the most occurrence
 candidates ranked by frequency, ties by recency. A draft is only as long as its evidence: past
 ``single_len(m)`` tokens every further token must be backed by ``min_support`` occurrences.
 
+A draft is also only as long as it has earned: ``DraftYield`` learns, per match length and draft
+rank, how often each draft position turned out right (scored against the output whether the draft
+was packed or cut, so a cut draft still teaches), and the source packs a draft only up to the last
+position whose learned chance of being reached and right is at least ``min_alive``. On text the
+memory does not know (chat, on a small memory) that cuts drafts to a token or two instead of
+packing tokens that are never accepted; on code, where the memory pays, drafts keep their length.
+
 Bounded: past ``max_tokens`` remembered tokens the oldest answers are evicted. Pure data: ids in,
 ids out; where it is stored and who may see it is ``autolade.memory``'s business.
 """
@@ -35,12 +42,17 @@ class MemoryConfig:
     max_len: int = 16  # longest memory draft
     drafts: int = 2  # memory drafts per step (distinct first tokens)
     min_support: int = 2  # occurrences that must agree on a token past the single-evidence length
+    min_alive: float = 0.05  # pack a draft token only while its learned chance of being accepted (all tokens
+    # before it right too) is at least this: about what one more packed token costs relative to a CPU step
+    # (BENCHMARKS.md, "memory that earns its tokens"); 0 = pack everything the evidence allows
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise ValueError(f"memory n-gram range {self.min_ngram}..{self.max_ngram} is empty; use 1 <= min_ngram <= max_ngram")
         if self.max_tokens < 1 or self.scan < 1 or self.max_len < 0 or self.drafts < 0 or self.min_support < 1:
             raise ValueError("memory sizes must be positive (max_tokens, scan, min_support >= 1; max_len, drafts >= 0)")
+        if not 0.0 <= self.min_alive < 1.0:
+            raise ValueError(f"memory min_alive {self.min_alive!r} is not a chance; use 0 <= min_alive < 1 (0 = no cut)")
 
     def single_len(self, m: int) -> int:
         """Draft tokens one occurrence may back after an m-token match (scaled like prompt lookup)."""
@@ -55,6 +67,7 @@ class AnswerMemory:
         self._answers: deque[tuple[int, ...]] = deque()
         self._tokens: list[int] = []
         self._ends: list[dict[tuple[int, ...], list[int]]] = []
+        self.yields = DraftYield(levels=self.config.max_ngram, ranks=self.config.drafts, max_len=self.config.max_len)
         self._rebuild()
 
     def __len__(self) -> int:
@@ -152,21 +165,81 @@ def _grow(group: list[list[int]], *, single: int, min_support: int, max_len: int
     return tuple(path)
 
 
+class DraftYield:
+    """What the memory's drafts have been worth: per match length m and draft rank r (0 = the most
+    agreed continuation), how often draft position i was reached (positions 1..i-1 right) and
+    passed (position i right too). ``alive(m, r)[i]`` = the chance that positions 1..i are all
+    right, from those counts over a prior of ``GUESS`` per position (``PRIOR`` pseudo-observations):
+    a memory that has proven nothing packs two or three tokens a draft, as long as a match's evidence
+    allows, until the output shows what its drafts are worth."""
+
+    PRIOR = 2.0  # pseudo-observations behind each position's starting guess
+    GUESS = 0.5  # starting guess of P(position i right | positions before it right)
+
+    def __init__(self, *, levels: int, ranks: int, max_len: int) -> None:
+        self.max_len = max_len
+        shape = lambda: [[[0.0] * (max_len + 1) for _ in range(max(ranks, 1))] for _ in range(levels + 1)]
+        self.reached = shape()  # [m][r][i]
+        self.passed = shape()  # [m][r][i]
+
+    def alive(self, m: int, r: int) -> list[float]:
+        """[1.0, P(1 right), P(1..2 right), ...] for a rank-r draft after an m-token match."""
+        reached, passed = self.reached[m][r], self.passed[m][r]
+        out, p = [1.0], 1.0
+        for i in range(1, self.max_len + 1):
+            p *= (passed[i] + self.PRIOR * self.GUESS) / (reached[i] + self.PRIOR)
+            out.append(p)
+        return out
+
+    def length(self, m: int, r: int, min_alive: float) -> int:
+        """Tokens of a rank-r draft worth packing: the last position whose chance is >= min_alive."""
+        if min_alive <= 0:
+            return self.max_len
+        alive = self.alive(m, r)
+        return max((i for i in range(len(alive)) if alive[i] >= min_alive), default=0)
+
+    def score(self, m: int, r: int, right: int, length: int) -> None:
+        """A rank-r draft of ``length`` tokens after an m-token match had its first ``right`` right."""
+        for i in range(1, min(right + 1, length) + 1):
+            self.reached[m][r][i] += 1
+            self.passed[m][r][i] += i <= right
+
+
 class MemorySource:
     """The draft source over an ``AnswerMemory``: the longest suffix of this request's context
-    matched in earlier answers; drafts go into the same tree after prompt lookup's."""
+    matched in earlier answers; drafts go into the same tree after prompt lookup's, each cut to the
+    length its rank has earned (``DraftYield``). Every draft looked up, packed or cut, is scored
+    against the tokens that follow (under greedy exactly what packing it whole would have accepted)."""
 
     name = "memory"
 
     def __init__(self, memory: AnswerMemory, *, context: int = 64) -> None:
         self.memory = memory
         self._tail: deque[int] = deque(maxlen=max(context, memory.config.max_ngram))
+        self._watching: list[tuple[int, int, tuple[int, ...], int]] = []  # (m, rank, draft, tokens right so far)
 
     def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
         if plan.draft_len <= 0 and plan.drafts <= 0:
             return Candidates()
         drafts, m = self.memory.drafts(list(self._tail))
-        return Candidates(drafts=drafts, match_len=m)
+        yields, floor = self.memory.yields, self.memory.config.min_alive
+        self._watching.extend((m, r, d, 0) for r, d in enumerate(drafts))
+        cut = [d[: yields.length(m, r, floor)] for r, d in enumerate(drafts)]
+        return Candidates(drafts=[d for d in cut if d], match_len=m)
 
     def update(self, *, tokens: Sequence[int]) -> None:
-        self._tail.extend(int(t) for t in tokens)
+        tokens = [int(t) for t in tokens]
+        self._tail.extend(tokens)
+        still = []
+        for m, r, draft, right in self._watching:
+            for tok in tokens:
+                if draft[right] != tok:
+                    self.memory.yields.score(m, r, right, len(draft))
+                    break
+                right += 1
+                if right == len(draft):
+                    self.memory.yields.score(m, r, right, len(draft))
+                    break
+            else:
+                still.append((m, r, draft, right))
+        self._watching = still
