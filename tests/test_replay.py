@@ -5,8 +5,8 @@ import random
 import pytest
 
 from autolade.curve import StepCurve
-from autolade.errors import ConfigError
 from autolade.engine.memory import AnswerMemory, MemoryConfig
+from autolade.errors import ConfigError
 from autolade.replay import CostAwareLookup, HFPromptLookup, Lookup, Trace, WithMemory, replay
 
 # 1 token 10 ms, 4 tokens 11 ms, 8 tokens 14 ms, 16 tokens 20 ms, 32 tokens 32 ms (a CPU-like curve)
