@@ -17,7 +17,7 @@ from .errors import ConfigError, InputError
 from .models import eos_ids
 from .policies import Policy, make_policy, needs_cost
 from .prompts import workload_tag
-from .settings import resolve_settings, stored_cost
+from .settings import resolve_settings, stored_cost, stored_token_cost
 
 MEMORY_DEFAULT: bool | str = True  # generate(memory=None): see BENCHMARKS.md "N-gram memory" for the measurements behind it
 
@@ -163,11 +163,16 @@ def run_engine(
     if memory is None:  # sampled: off, so that a seed gives the same sample whatever the memory holds
         memory = False if isinstance(verifier, SamplingVerifier) else MEMORY_DEFAULT
     answers, memory_note, remember = _open_memory(model, memory, workload)
+    token_cost = stored_token_cost(model) if answers else None  # memory drafts priced by this machine's curve
+    if answers:
+        memory_note += (f"; drafts priced by the step curve (a packed token costs {token_cost:.3f} of a step)"
+                        if token_cost is not None else
+                        f"; drafts cut below a {answers.config.min_alive:.0%} chance (no step curve stored)")
     clock = DeviceClock(ids.device)  # CUDA: synchronised, so wall_s covers finished work
     t0 = clock.now()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
-        verifier=verifier, memory=answers,
+        verifier=verifier, memory=answers, memory_token_cost=token_cost,
     )
     wall = clock.since(t0)
     if remember is not None:

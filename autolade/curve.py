@@ -76,6 +76,12 @@ class StepCurve:
         ks = sorted(row)
         return _interp(ks, [row[x] for x in ks], k)
 
+    def token_cost(self, k: int = 32) -> float:
+        """What one more packed token costs relative to a one-token step, on average over 1..k packed
+        tokens: (c(k) - c(1)) / ((k - 1) c(1)), at least 0 (a GPU's flat curve: ~0; 2-core CPUs: 0.02-0.03)."""
+        one = self.cost(1)
+        return max(0.0, (self.cost(k) - one) / ((k - 1) * one))
+
     def spare_compute(self, context: int | None = None) -> int:
         """Largest measured k such that every measured k' <= k costs at most 1.25 x c(1)."""
         best = 1

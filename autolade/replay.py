@@ -106,9 +106,10 @@ class WithMemory:
 
     PLAN = StepPlan(window=0, guesses=0, draft_len=1, drafts=1)  # any plan that drafts: the memory sizes its own
 
-    def __init__(self, base: DraftRule, memory: AnswerMemory, *, only_unmatched: bool = False) -> None:
+    def __init__(self, base: DraftRule, memory: AnswerMemory, *, only_unmatched: bool = False,
+                 token_cost: float | None = None) -> None:
         self.base, self.memory, self.only_unmatched = base, memory, only_unmatched
-        self.source = MemorySource(memory)
+        self.source = MemorySource(memory, token_cost=token_cost)  # token_cost: as the engine gets it from the curve
         self._seen = 0  # context tokens already given to the source
         self.max_ngram = base.max_ngram
         self.name = f"{base.name} + memory ({len(memory)} answers{', unmatched steps' if only_unmatched else ''})"

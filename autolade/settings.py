@@ -304,6 +304,13 @@ def stored_cost(model: torch.nn.Module):
     return curve.cost if curve is not None else None
 
 
+def stored_token_cost(model: torch.nn.Module) -> float | None:
+    """One more packed token's cost relative to a one-token step (``StepCurve.token_cost``) from this
+    machine's stored step curve for this model and dtype, or None when none was measured."""
+    curve = default_resolver().curve(model)
+    return curve.token_cost() if curve is not None else None
+
+
 def stored_profile(model: torch.nn.Module, workload: str):
     """(profile, source) for exactly this workload; a ``ConfigError`` that names the fix if there is none."""
     return default_resolver().stored_profile(model, workload)

@@ -189,3 +189,33 @@ def test_drafter_inserts_prompt_lookup_first_then_the_pool_and_credits_each_node
     drafter.commit([2, 3])
     assert drafter.tokens == [1, 2, 3, 4, 1, 2, 3]
     assert drafter.tree(plan).found["lookup"].drafts == [(4, 1, 2)]  # the index saw the committed tokens
+
+
+
+def _memory_of(answers, **config):
+    from autolade.engine.memory import AnswerMemory, MemoryConfig
+
+    mem = AnswerMemory(MemoryConfig(min_ngram=2, min_support=1, **config))
+    mem.add_many(answers)
+    return mem
+
+
+@pytest.mark.parametrize("token_cost", [0.0, 0.4])
+def test_memory_drafts_priced_by_the_curve_keep_the_output_and_cut_what_does_not_pay(llama, token_cost):
+    """The memory holds an answer that is right for 20 tokens, then wrong: priced at 0 per packed
+    token nothing is cut (the evidence alone sizes drafts); at 0.4 unproven drafts are cut short.
+    The output is greedy's either way."""
+    ids = repetitive_prompt(seed=1)
+    ref = hf_greedy(llama, ids, 48)
+    answers = [ref[:20] + [5] * 30]
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=1, prompt_lookup_drafts=1)
+    uncut, uncut_log = lookahead_decode(llama, ids, config=cfg, max_new_tokens=48, memory=_memory_of(answers, min_alive=0.0))
+    out, log = lookahead_decode(llama, ids, config=cfg, max_new_tokens=48, memory=_memory_of(answers),
+                                memory_token_cost=token_cost)
+    assert out == uncut == ref
+    assert sum(s.accepted for s in log.steps if s.accepted_from == "memory") > 0
+    packed, uncut_packed = sum(s.packed for s in log.steps), sum(s.packed for s in uncut_log.steps)
+    if token_cost == 0.0:
+        assert packed == uncut_packed
+    else:
+        assert packed < uncut_packed

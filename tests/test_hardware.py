@@ -464,3 +464,11 @@ def test_nvml_failures_degrade_to_notes():
     hw = probe_hardware(device="cpu", measure=False, nvml=FakeNvml([], init_error=driver()))
     assert hw.notes == ("NVML not available: Driver Not Loaded (no NVIDIA driver on this machine)",)
     assert hw.fingerprint.startswith("cpu:")
+
+
+def test_token_cost_is_the_mean_marginal_cost_of_a_packed_token():
+    assert FLAT_GPU.token_cost() == pytest.approx((10.3 - 10.0) / (31 * 10.0))  # ~0.001: packing is nearly free
+    assert BF16_CPU.token_cost() == pytest.approx((BF16_CPU.cost(32) - 40) / (31 * 40))
+    assert BF16_CPU.token_cost() > 10 * FLAT_GPU.token_cost()
+    cheaper = StepCurve(points={64: {1: 20.0, 2: 15.0, 32: 18.0}})  # a one-token step dearer than 32 packed
+    assert cheaper.token_cost() == 0.0

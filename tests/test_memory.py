@@ -137,3 +137,20 @@ def test_min_alive_zero_packs_what_the_evidence_allows():
     assert src.get_candidates(plan=PLAN, last=9).drafts == [tuple(range(100, 116))]
     with pytest.raises(ValueError, match="0 <= min_alive < 1"):
         MemoryConfig(min_alive=1.5)
+
+
+def test_a_priced_source_packs_what_pays_at_its_tokens_per_step():
+    """With a token cost from the step curve the floor is tokens/step x cost: free packing (0) packs
+    everything the evidence allows; dear packing cuts an unproven draft to what the prior backs."""
+    answer = list(range(100, 116))
+    free = MemorySource(AnswerMemory(MemoryConfig(min_ngram=2, min_support=1)), token_cost=0.0)
+    dear = MemorySource(AnswerMemory(MemoryConfig(min_ngram=2, min_support=1)), token_cost=0.2)
+    for src in (free, dear):
+        src.memory.add([5, 6, 7, 8, 9, *answer])
+        src.update(tokens=[5, 6, 7, 8, 9])
+    assert free.floor() == 0.0 and free.get_candidates(plan=PLAN, last=9).drafts == [tuple(answer)]
+    assert dear.floor() == pytest.approx(0.2)  # no step seen yet: 1 token a step
+    assert dear.get_candidates(plan=PLAN, last=9).drafts == [tuple(answer[:2])]  # prior 0.5, 0.25 >= 0.2 > 0.125
+    for _ in range(3):  # steps of 3 tokens each raise the floor: each packed token must now pay for 3
+        dear.update(tokens=[1, 2, 3])
+    assert 0.2 < dear.floor() < 0.6

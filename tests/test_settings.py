@@ -190,14 +190,15 @@ def test_generate_resolves_once_and_sees_a_profile_saved_since(llama, tmp_path):
 
     ids = repetitive_prompt()
     before = default_resolver().cache_info()
-    first = generate(llama, ids, max_new_tokens=4, workload="code")
-    second = generate(llama, ids, max_new_tokens=4, workload="code")
+    # memory off: a remembered answer would also read the step curve (one more cache hit) to price its drafts
+    first = generate(llama, ids, max_new_tokens=4, workload="code", memory=False)
+    second = generate(llama, ids, max_new_tokens=4, workload="code", memory=False)
     after = default_resolver().cache_info()
     assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
     assert first.stats.settings_source == second.stats.settings_source and "built-in" in first.stats.settings_source
     assert not (tmp_path / "home" / "autolade.db").exists()  # reading settings creates no store
     pid = save_profile(llama, "code", CODE, None)
-    third = generate(llama, ids, max_new_tokens=4, workload="code")
+    third = generate(llama, ids, max_new_tokens=4, workload="code", memory=False)
     assert third.stats.settings_source == f"store:exact:#{pid} (code)" and third.stats.settings == CODE.to_dict()
     assert default_resolver().cache_info().misses == after.misses + 1
 
@@ -225,3 +226,18 @@ def test_the_fingerprint_follows_the_model_dtype(llama):
     assert resolver.fingerprint(llama) == model_fingerprint(llama)
     half = tiny_llama(dtype=torch.bfloat16)
     assert resolver.fingerprint(half)["dtype"] == "bfloat16" and resolver.fingerprint(llama)["dtype"] == "float32"
+
+
+def test_memory_drafts_are_priced_by_the_stored_curve(llama):
+    from autolade import generate
+
+    ids = repetitive_prompt(seed=2)
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=4, prompt_lookup_drafts=1)
+    first = generate(llama, ids, max_new_tokens=24, config=cfg, workload="code", memory=True)
+    assert "drafts" not in first.stats.memory  # an empty memory drafts nothing: nothing to price
+    unpriced = generate(llama, ids, max_new_tokens=24, config=cfg, workload="code", memory=True)
+    assert "cut below a 5% chance (no step curve stored)" in unpriced.stats.memory
+    _save_curve(llama, {300: {1: 10.0, 32: 10.0 + 31 * 0.3}})  # each packed token costs 3% of a step
+    priced = generate(llama, ids, max_new_tokens=24, config=cfg, workload="code", memory=True)
+    assert "priced by the step curve (a packed token costs 0.030 of a step)" in priced.stats.memory
+    assert priced.sequences.tolist() == unpriced.sequences.tolist() == first.sequences.tolist()

@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale-to", type=int, default=1000, help="answers in the memory for the query-time check")
     ap.add_argument("--config", default="{}", help='MemoryConfig fields as JSON, e.g. \'{"min_support": 3}\'')
     ap.add_argument("--curve-from", default=None, help="price steps with this profile JSON's step curve (a shipped, quiet one)")
+    ap.add_argument("--curve", default=None, help="price steps with these c(k) in ms, as k=ms pairs (e.g. from "
+                    "`autolade profile` output): 1=234.2,2=206.2,8=234.3,16=323.5")
+    ap.add_argument("--floor", choices=["curve", "config"], default="curve",
+                    help="what a memory draft token must be worth to be packed: priced by the curve, as generate() does "
+                         "where a curve is stored (default), or the config's min_alive (as with no curve)")
     ap.add_argument("-o", "--output", default=None, help="also write the report here (markdown)")
     args = ap.parse_args(argv)
 
@@ -67,7 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from draft_bound import stored_curve
 
-    if args.curve_from:
+    if args.curve:
+        from autolade.curve import StepCurve
+
+        try:
+            points = {int(k): float(ms) for k, ms in (pair.split("=") for pair in args.curve.split(","))}
+        except ValueError:
+            ap.error(f"--curve wants k=ms pairs separated by commas, e.g. 1=234.2,16=323.5; got {args.curve!r}")
+        curve = StepCurve(points={128: points}, dtype=args.dtype)
+    elif args.curve_from:
         from autolade.store import read_profile_file
 
         curve = read_profile_file(args.curve_from).curve
@@ -75,12 +88,15 @@ def main(argv: list[str] | None = None) -> int:
         model, _ = api.load(args.model, dtype=args.dtype)
         curve = stored_curve(model)
     config = MemoryConfig(**json.loads(args.config))
+    token_cost = curve.token_cost() if args.floor == "curve" else None
     data: dict[str, list[dict]] = {}
-    for f in args.traces:
-        data.update(json.loads(Path(f).read_text()))
+    for f in args.traces:  # one set may come in several files (tuning answers, held-out outputs): rows add up
+        for w, rows in json.loads(Path(f).read_text()).items():
+            data.setdefault(w, []).extend(rows)
     splits = {w: split_traces(rows, w) for w, rows in data.items()}
     base = lambda: Lookup(length=16, drafts=3, scaled=True)
-    lines = [f"memory config: {config}", f"step curve ({curve.dtype}): c(1)={curve.cost(1):.2f} ms", "",
+    floor = f"token cost {token_cost:.4f} x tokens/step" if token_cost is not None else f"min_alive {config.min_alive}"
+    lines = [f"memory config: {config}", f"step curve ({curve.dtype}): c(1)={curve.cost(1):.2f} ms; floor: {floor}", "",
              "| held-out set | memory | answers | tok/step | packed/step | x greedy (curve) | x no memory |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for w, (tuning, held) in splits.items():
@@ -93,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         mems += [(o, len(splits[o][0]), memory_of(splits[o][0], len(splits[o][0]), config)) for o in splits if o != w]
         for src, n, mem in mems:
             for only in (False, True):
-                r = replay(lambda mem=mem, only=only: WithMemory(base(), mem, only_unmatched=only), traces, curve)
+                r = replay(lambda mem=mem, only=only: WithMemory(base(), mem, only_unmatched=only, token_cost=token_cost),
+                           traces, curve)
                 tag = f"{src} tuning{' (unmatched steps)' if only else ''}"
                 lines.append(f"| {w} ({len(held)}) | {tag} | {n} | {r.tokens_per_step:.3f} | {r.packed_per_step:.1f} | "
                              f"{r.speedup:.3f} | {r.speedup / plain.speedup:.3f} |")

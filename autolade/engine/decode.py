@@ -127,7 +127,8 @@ class Drafter:
     """The verification branch's draft sources (prompt lookup, the answer memory when given, then the
     n-gram pool) and the lookahead window."""
 
-    def __init__(self, *, config: LookaheadConfig, prompt: Sequence[int], memory: AnswerMemory | None = None) -> None:
+    def __init__(self, *, config: LookaheadConfig, prompt: Sequence[int], memory: AnswerMemory | None = None,
+                 memory_token_cost: float | None = None) -> None:
         self.config = config
         self.tokens: list[int] = []  # the context: prompt + committed tokens
         # insertion order = tree order: prompt-lookup drafts first, then memory drafts, then pool n-grams
@@ -135,7 +136,7 @@ class Drafter:
             PromptLookupSource(max_ngram=max(config.prompt_lookup_ngram, 1), scaled=config.prompt_lookup_scaled)
         ]
         if memory is not None:
-            self.sources.append(MemorySource(memory))
+            self.sources.append(MemorySource(memory, token_cost=memory_token_cost))
         self.pool: NgramPool | None = None
         self.window: JacobiWindow | None = None
         if config.lookahead:
@@ -255,6 +256,7 @@ def lookahead_decode(
     verifier=None,
     on_tokens: Callable[[list[int]], None] | None = None,
     memory: AnswerMemory | None = None,
+    memory_token_cost: float | None = None,
     clock: DeviceClock | None = None,
     attention: AttentionPlan | None = None,
 ) -> tuple[list[int], DecodeLog]:
@@ -262,7 +264,8 @@ def lookahead_decode(
 
     Stops after ``max_new_tokens``, at the first of ``eos_ids`` (kept, as generate does) or when
     ``stop(new_tokens)`` is true. ``memory``: earlier answers as one more draft source (read only
-    here; the caller decides what to remember). ``clock``: what times the steps (default: the model's device,
+    here; the caller decides what to remember); ``memory_token_cost``: one more packed token's cost relative to
+    a step on this machine (``MemorySource``; None: the memory's fixed floor). ``clock``: what times the steps (default: the model's device,
     CUDA-synchronised). ``attention``: which implementation each step kind runs (default:
     ``attention.model_plan``); the model's own implementation is restored on the way out.
     """
@@ -274,7 +277,7 @@ def lookahead_decode(
     capacity = len(prompt_list) + max_new_tokens + config.packed_size() + 8
     cache = runner.new_cache(capacity)
     layout = Layout(device=runner.device)
-    drafter = Drafter(config=config, prompt=prompt_list, memory=memory)
+    drafter = Drafter(config=config, prompt=prompt_list, memory=memory, memory_token_cost=memory_token_cost)
     eos = set(int(e) for e in eos_ids)
     log = DecodeLog()
     out: list[int] = []

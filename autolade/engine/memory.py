@@ -11,9 +11,10 @@ candidates ranked by frequency, ties by recency. A draft is only as long as its 
 A draft is also only as long as it has earned: ``DraftYield`` learns, per match length and draft
 rank, how often each draft position turned out right (scored against the output whether the draft
 was packed or cut, so a cut draft still teaches), and the source packs a draft only up to the last
-position whose learned chance of being reached and right is at least ``min_alive``. On text the
-memory does not know (chat, on a small memory) that cuts drafts to a token or two instead of
-packing tokens that are never accepted; on code, where the memory pays, drafts keep their length.
+position whose learned chance of being reached and right pays for packing it: tokens/step x one
+packed token's relative cost (``token_cost``, from the machine's step curve: ~0 on a GPU), or
+``min_alive`` when no curve prices it. On text the memory does not know that cuts drafts to a few
+tokens instead of packing tokens that are never accepted; where the memory pays, drafts keep their length.
 
 Bounded: past ``max_tokens`` remembered tokens the oldest answers are evicted. Pure data: ids in,
 ids out; where it is stored and who may see it is ``autolade.memory``'s business.
@@ -42,9 +43,9 @@ class MemoryConfig:
     max_len: int = 16  # longest memory draft
     drafts: int = 2  # memory drafts per step (distinct first tokens)
     min_support: int = 2  # occurrences that must agree on a token past the single-evidence length
-    min_alive: float = 0.05  # pack a draft token only while its learned chance of being accepted (all tokens
-    # before it right too) is at least this: about what one more packed token costs relative to a CPU step
-    # (BENCHMARKS.md, "memory that earns its tokens"); 0 = pack everything the evidence allows
+    min_alive: float = 0.05  # where no step curve says what a packed token costs: pack a draft token only while
+    # its learned chance of being accepted (all before it right too) is at least this (BENCHMARKS.md, "memory
+    # drafts earn their length"); 0 = pack everything the evidence allows
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:
@@ -212,17 +213,29 @@ class MemorySource:
     against the tokens that follow (under greedy exactly what packing it whole would have accepted)."""
 
     name = "memory"
+    EMA = 0.1  # weight of one step in the tokens-per-step average
 
-    def __init__(self, memory: AnswerMemory, *, context: int = 64) -> None:
+    def __init__(self, memory: AnswerMemory, *, context: int = 64, token_cost: float | None = None) -> None:
         self.memory = memory
+        self.token_cost = token_cost
         self._tail: deque[int] = deque(maxlen=max(context, memory.config.max_ngram))
         self._watching: list[tuple[int, int, tuple[int, ...], int]] = []  # (m, rank, draft, tokens right so far)
+        self._updates = 0
+        self.tokens_per_step = 1.0  # EMA of the tokens each step appends
+
+    def floor(self) -> float:
+        """The chance a draft token must have to be packed. With ``token_cost`` (one more packed token's
+        cost relative to a step, from this machine's step curve), a token that is accepted with chance p
+        raises tokens/s iff p > tokens/step x token_cost; without it, ``MemoryConfig.min_alive``."""
+        if self.token_cost is None:
+            return self.memory.config.min_alive
+        return min(self.tokens_per_step * self.token_cost, 0.99)
 
     def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
         if plan.draft_len <= 0 and plan.drafts <= 0:
             return Candidates()
         drafts, m = self.memory.drafts(list(self._tail))
-        yields, floor = self.memory.yields, self.memory.config.min_alive
+        yields, floor = self.memory.yields, self.floor()
         self._watching.extend((m, r, d, 0) for r, d in enumerate(drafts))
         cut = [d[: yields.length(m, r, floor)] for r, d in enumerate(drafts)]
         return Candidates(drafts=[d for d in cut if d], match_len=m)
@@ -230,6 +243,9 @@ class MemorySource:
     def update(self, *, tokens: Sequence[int]) -> None:
         tokens = [int(t) for t in tokens]
         self._tail.extend(tokens)
+        self._updates += 1
+        if self._updates > 2:  # the prompt, then the prefill's token, then one update per step
+            self.tokens_per_step += self.EMA * (len(tokens) - self.tokens_per_step)
         still = []
         for m, r, draft, right in self._watching:
             for tok in tokens:
