@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{w}: memory warmed with {len(warm)} tuning-split answers", file=sys.stderr)
 
     report: dict[str, dict] = {}
+    per_prompt: dict[str, dict] = {}  # set -> prompt id -> method -> this prompt's seconds and tokens
     for w in sets:
         other = next((o for o in sets if o != w), None)
         methods = {
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         for fn in methods.values():
             fn(warm_ids)  # untimed warm-up of every method
         for i, p in enumerate(held):
+            before = {m: dict(t) for m, t in totals.items()}
             ids = encode_prompt(tok, p.text, kind=p.kind)
             ref = None
             for name in rotate(list(methods), i):
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                     t["memory_tokens"] += run.stats.accepted_by.get("memory", 0)
             for t in totals.values():
                 t["exact"] += divergence(ref, t.pop("_tokens")) is None
+            per_prompt.setdefault(w, {})[p.id] = {m: {"seconds": t["seconds"] - before[m]["seconds"],
+                                                      "tokens": t["tokens"] - before[m]["tokens"]} for m, t in totals.items()}
             print(f"  {w} {p.id}: " + ", ".join(f"{m} {t['tokens'] / t['seconds']:.1f} tok/s" for m, t in totals.items()),
                   file=sys.stderr, flush=True)
         base = totals["HF greedy"]["tokens"] / totals["HF greedy"]["seconds"]
@@ -126,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{r['memory_tokens'] or '-'} | {r['exact']}/{n} |")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    out.with_suffix(".json").write_text(json.dumps({**report, "_per_prompt": per_prompt}, indent=1))
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
