@@ -154,3 +154,8 @@ def test_a_priced_source_packs_what_pays_at_its_tokens_per_step():
     for _ in range(3):  # steps of 3 tokens each raise the floor: each packed token must now pay for 3
         dear.update(tokens=[1, 2, 3])
     assert 0.2 < dear.floor() < 0.6
+    # min_alive=0 turns the cut off whatever the curve says (the memory before the cut existed)
+    off = MemorySource(AnswerMemory(MemoryConfig(min_ngram=2, min_support=1, min_alive=0.0)), token_cost=0.2)
+    off.memory.add([5, 6, 7, 8, 9, *answer])
+    off.update(tokens=[5, 6, 7, 8, 9])
+    assert off.floor() == 0.0 and off.get_candidates(plan=PLAN, last=9).drafts == [tuple(answer)]

@@ -45,7 +45,7 @@ class MemoryConfig:
     min_support: int = 2  # occurrences that must agree on a token past the single-evidence length
     min_alive: float = 0.05  # where no step curve says what a packed token costs: pack a draft token only while
     # its learned chance of being accepted (all before it right too) is at least this (BENCHMARKS.md, "memory
-    # drafts earn their length"); 0 = pack everything the evidence allows
+    # drafts earn their length"); 0 = no cut at all, curve or not: pack everything the evidence allows
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_ngram <= self.max_ngram:
@@ -226,9 +226,11 @@ class MemorySource:
     def floor(self) -> float:
         """The chance a draft token must have to be packed. With ``token_cost`` (one more packed token's
         cost relative to a step, from this machine's step curve), a token that is accepted with chance p
-        raises tokens/s iff p > tokens/step x token_cost; without it, ``MemoryConfig.min_alive``."""
-        if self.token_cost is None:
-            return self.memory.config.min_alive
+        raises tokens/s iff p > tokens/step x token_cost; without it, ``MemoryConfig.min_alive`` (0: no cut,
+        whatever the curve says)."""
+        fixed = self.memory.config.min_alive
+        if self.token_cost is None or fixed <= 0:
+            return fixed
         return min(self.tokens_per_step * self.token_cost, 0.99)
 
     def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
