@@ -163,8 +163,9 @@ def run_engine(
     if memory is None:  # sampled: off, so that a seed gives the same sample whatever the memory holds
         memory = False if isinstance(verifier, SamplingVerifier) else MEMORY_DEFAULT
     answers, memory_note, remember = _open_memory(model, memory, workload)
-    token_cost = stored_token_cost(model) if answers else None  # memory drafts priced by this machine's curve
-    if answers:
+    token_cost = None
+    if answers:  # memory drafts priced by this machine's step curve (an empty memory drafts nothing)
+        token_cost = stored_token_cost(model)
         memory_note += (f"; drafts priced by the step curve (a packed token costs {token_cost:.3f} of a step)"
                         if token_cost is not None else
                         f"; drafts cut below a {answers.config.min_alive:.0%} chance (no step curve stored)")

@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = api.load(args.model, dtype=args.dtype)
     key = model_key(model_fingerprint(model))
     data: dict[str, list[dict]] = {}
-    for f in args.traces:
-        data.update(json.loads(Path(f).read_text()))
+    for f in args.traces:  # one set may come in several files: rows add up (as in tools/memory_bound.py)
+        for w, rows in json.loads(Path(f).read_text()).items():
+            data.setdefault(w, []).extend(rows)
     sets = list(data)
     uncut: dict[str, AnswerMemory] = {}
     with open_memory_store() as store:
