@@ -163,9 +163,9 @@ def run_engine(
     if memory is None:  # sampled: off, so that a seed gives the same sample whatever the memory holds
         memory = False if isinstance(verifier, SamplingVerifier) else MEMORY_DEFAULT
     answers, memory_note, remember = _open_memory(model, memory, workload)
-    token_cost = None
-    if answers:  # memory drafts priced by this machine's step curve (an empty memory drafts nothing)
-        token_cost = stored_token_cost(model)
+    # memory and recycled drafts priced by this machine's step curve (an empty memory drafts nothing)
+    token_cost = stored_token_cost(model) if answers or config.recycle else None
+    if answers:
         memory_note += (f"; drafts priced by the step curve (a packed token costs {token_cost:.3f} of a step)"
                         if token_cost is not None else
                         f"; drafts cut below a {answers.config.min_alive:.0%} chance (no step curve stored)")
@@ -173,7 +173,7 @@ def run_engine(
     t0 = clock.now()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
-        verifier=verifier, memory=answers, memory_token_cost=token_cost,
+        verifier=verifier, memory=answers, token_cost=token_cost,
     )
     wall = clock.since(t0)
     if remember is not None:

@@ -12,6 +12,7 @@ MAX_WINDOW = 64
 MAX_NGRAM = 16
 MAX_GUESSES = 64
 MAX_PROMPT_LOOKUP = 64
+MAX_RECYCLE = 128
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,9 @@ class LookaheadConfig:
     prompt_lookup_scaled: bool = False
     pool_per_key: int | None = None  # pool cap per key token; None = max(guesses, 4), so G can grow at run time
     seed_pool_from_prompt: bool = True  # put the prompt's own n-grams in the pool before decoding
+    # token recycling: draft-tree nodes grown from the model's own top-k predictions after each token
+    # (engine/recycle.py); 0 = off, so every setting measured before it means what it meant
+    recycle: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -47,6 +51,7 @@ class LookaheadConfig:
         _bound("ngram", self.ngram, MAX_NGRAM)
         _bound("guesses", self.guesses, MAX_GUESSES)
         _bound("prompt_lookup", self.prompt_lookup, MAX_PROMPT_LOOKUP)
+        _bound("recycle", self.recycle, MAX_RECYCLE)
         _bound("prompt_lookup_ngram", self.prompt_lookup_ngram, 8)
         _bound("prompt_lookup_drafts", self.prompt_lookup_drafts, 8)
         if self.pool_per_key is not None:
@@ -62,7 +67,7 @@ class LookaheadConfig:
     @property
     def greedy_only(self) -> bool:
         """No drafting of any kind: every step is one token (plain greedy through autolade's loop)."""
-        return not self.lookahead and self.prompt_lookup == 0
+        return not self.lookahead and self.prompt_lookup == 0 and self.recycle == 0
 
     @property
     def levels(self) -> int:
@@ -74,12 +79,12 @@ class LookaheadConfig:
         return self.pool_per_key if self.pool_per_key is not None else max(self.guesses, 4)
 
     def packed_size(self) -> int:
-        """Upper bound on tokens in one packed step: 1 + (N-1)W + G(N-1) + PLD drafts."""
+        """Upper bound on tokens in one packed step: 1 + (N-1)W + G(N-1) + PLD drafts + recycled nodes."""
         if self.greedy_only:
             return 1
         window = self.levels * self.window if self.lookahead else 0
         pool = self.guesses * self.levels if self.lookahead else 0
-        return 1 + window + pool + self.prompt_lookup * self.prompt_lookup_drafts
+        return 1 + window + pool + self.prompt_lookup * self.prompt_lookup_drafts + self.recycle
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

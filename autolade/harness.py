@@ -257,10 +257,11 @@ def policy_name(policy: Any) -> str | None:
 
 
 def setting_label(config: LookaheadConfig, policy: Any = None) -> str:
-    """The one short name of a setting: ``greedy``, ``lookup10``, ``W4N4G4+L10``, ``... adaptive``. A lookup
-    length reads ``16x3s`` for 3 drafts (when not the default 2) scaled by match length. Under a policy
-    that runs no window (lookup, cost-aware) W/N/G are left out; under cost-aware (it sizes the drafts
-    itself) the ``s``. Two settings that behave the same get the same label."""
+    """The one short name of a setting: ``greedy``, ``lookup10``, ``W4N4G4+L10``, ``W2N3G2+R16`` (up to 16
+    recycled nodes), ``recycle16``, ``... adaptive``. A lookup length reads ``16x3s`` for 3 drafts (when not
+    the default 2) scaled by match length. Under a policy that runs no window (lookup, cost-aware) W/N/G
+    are left out; under cost-aware (it sizes the drafts itself, and recycles none) the ``s`` and the R.
+    Two settings that behave the same get the same label."""
     if config.greedy_only:
         return "greedy"
     name = policy_name(policy)
@@ -274,4 +275,6 @@ def setting_label(config: LookaheadConfig, policy: Any = None) -> str:
     else:
         label = f"W{config.window}N{config.ngram}G{config.guesses}"
         label += f"+L{lookup}" if lookup else ""
+    if config.recycle and name != "cost-aware":  # cost-aware plans no recycled drafts
+        label = f"recycle{config.recycle}" if label == "lookup" else f"{label}+R{config.recycle}"
     return f"{label} {name}" if name else label

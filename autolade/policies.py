@@ -118,7 +118,7 @@ class AdaptivePolicy:
         w = self._width()
         d = self.draft.value if self.config.prompt_lookup else 0
         return StepPlan(window=w, guesses=min(w, self.config.guesses) if w else 0, draft_len=d,
-                        drafts=self.config.prompt_lookup_drafts if d else 0)
+                        drafts=self.config.prompt_lookup_drafts if d else 0, recycle=self.config.recycle)
 
     def throughput(self, w: int) -> float | None:
         arm = self.arms.get(w)
@@ -188,7 +188,8 @@ class LookupPolicy:
 
     def plan(self) -> StepPlan:
         d = self.draft.value if self.config.prompt_lookup else 0
-        return StepPlan(window=0, guesses=0, draft_len=d, drafts=self.config.prompt_lookup_drafts if d else 0)
+        return StepPlan(window=0, guesses=0, draft_len=d, drafts=self.config.prompt_lookup_drafts if d else 0,
+                        recycle=self.config.recycle)
 
     def update(self, outcome: StepOutcome) -> None:
         self.draft.update(outcome)

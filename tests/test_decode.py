@@ -19,6 +19,8 @@ SETTINGS = [
     LookaheadConfig(window=4, ngram=4, guesses=4),
     LookaheadConfig(window=7, ngram=5, guesses=7, prompt_lookup=6, prompt_lookup_drafts=3),
     LookaheadConfig(window=3, ngram=3, guesses=8, seed_pool_from_prompt=False),
+    LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=12),  # token recycling alone
+    LookaheadConfig(window=2, ngram=3, guesses=2, prompt_lookup=4, recycle=24),  # every source at once
 ]
 
 
@@ -38,7 +40,7 @@ def gemma():
     return tiny_gemma3(sliding_window=16)
 
 
-@pytest.mark.parametrize("config", SETTINGS, ids=lambda c: f"W{c.window}N{c.ngram}G{c.guesses}L{c.prompt_lookup}")
+@pytest.mark.parametrize("config", SETTINGS, ids=lambda c: f"W{c.window}N{c.ngram}G{c.guesses}L{c.prompt_lookup}R{c.recycle}")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_matches_hf_greedy(dense, config, seed):
     ids = repetitive_prompt(seed=seed)
@@ -211,7 +213,7 @@ def test_memory_drafts_priced_by_the_curve_keep_the_output_and_cut_what_does_not
     cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=1, prompt_lookup_drafts=1)
     uncut, uncut_log = lookahead_decode(llama, ids, config=cfg, max_new_tokens=48, memory=_memory_of(answers, min_alive=0.0))
     out, log = lookahead_decode(llama, ids, config=cfg, max_new_tokens=48, memory=_memory_of(answers),
-                                memory_token_cost=token_cost)
+                                token_cost=token_cost)
     assert out == uncut == ref
     assert sum(s.accepted for s in log.steps if s.accepted_from == "memory") > 0
     packed, uncut_packed = sum(s.packed for s in log.steps), sum(s.packed for s in uncut_log.steps)

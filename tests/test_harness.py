@@ -148,6 +148,10 @@ def test_setting_label():
     assert setting_label(parse_config("0,0,0,0")) == "greedy"
     assert setting_label(parse_config("0,4,0,10")) == "lookup10"
     assert setting_label(parse_config("4,4,4,10")) == "W4N4G4+L10"
+    assert setting_label(parse_config("2,3,2,0,recycle=16")) == "W2N3G2+R16"
+    assert setting_label(parse_config("0,0,0,0,recycle=8")) == "recycle8"
+    assert setting_label(parse_config("0,4,0,10,recycle=8")) == "lookup10+R8"
+    assert setting_label(parse_config("0,4,0,10,recycle=8"), "cost-aware") == "lookup10 cost-aware"
     assert setting_label(parse_config("4,4,4,0"), "adaptive") == "W4N4G4 adaptive"
     assert setting_label(parse_config("4,4,4,0"), "static") == setting_label(parse_config("4,4,4,0"), None) == "W4N4G4"
     scaled = parse_config("2,3,2,16,drafts=3,scaled=1")

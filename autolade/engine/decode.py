@@ -19,6 +19,7 @@ from .layout import DraftTree, Layout, PackedStep, additive_mask
 from .memory import AnswerMemory, MemorySource
 from .pool import NgramPool, PoolSource
 from .prompt_lookup import PromptLookupSource
+from .recycle import NextTokenTable, RecycleSource
 from .sources import Candidates, DraftSource
 from .steps import Policy, StaticPolicy, StepOutcome, StepPlan
 from .verify import GreedyVerifier
@@ -124,19 +125,19 @@ class Drafted:
 
 
 class Drafter:
-    """The verification branch's draft sources (prompt lookup, the answer memory when given, then the
-    n-gram pool) and the lookahead window."""
+    """The verification branch's draft sources (prompt lookup, the answer memory when given, the
+    n-gram pool, then token recycling) and the lookahead window."""
 
     def __init__(self, *, config: LookaheadConfig, prompt: Sequence[int], memory: AnswerMemory | None = None,
-                 memory_token_cost: float | None = None) -> None:
+                 token_cost: float | None = None, recycled: NextTokenTable | None = None) -> None:
         self.config = config
         self.tokens: list[int] = []  # the context: prompt + committed tokens
-        # insertion order = tree order: prompt-lookup drafts first, then memory drafts, then pool n-grams
+        # insertion order = tree order: prompt-lookup drafts first, then memory drafts, pool n-grams, recycled
         self.sources: list[DraftSource] = [
             PromptLookupSource(max_ngram=max(config.prompt_lookup_ngram, 1), scaled=config.prompt_lookup_scaled)
         ]
         if memory is not None:
-            self.sources.append(MemorySource(memory, token_cost=memory_token_cost))
+            self.sources.append(MemorySource(memory, token_cost=token_cost))
         self.pool: NgramPool | None = None
         self.window: JacobiWindow | None = None
         if config.lookahead:
@@ -146,7 +147,16 @@ class Drafter:
                 self.pool.seed(prompt, n=config.ngram)
             self.sources.append(source)
             self.window = JacobiWindow(width=config.window, levels=config.levels, seed_tokens=prompt)
+        self.recycler: RecycleSource | None = None
+        if config.recycle or recycled is not None:
+            self.recycler = RecycleSource(recycled, token_cost=token_cost)
+            self.sources.append(self.recycler)
         self.commit(prompt)
+
+    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        """The model's next-token logits [m, V] after the m packed ``tokens``: token recycling learns from them."""
+        if self.recycler is not None:
+            self.recycler.table.observe(tokens, logits)
 
     def tree(self, plan: StepPlan) -> Drafted:
         """The draft tree for this step: every source's candidates, in source order."""
@@ -213,6 +223,7 @@ def lookahead_step(
         logits = decode_one_token(runner, cache, tree.tokens[0])
         tok = verifier.first(logits, drafter.tokens)
         forward_s = clock.since(tf)
+        drafter.observe(tree.tokens, logits[None])
         return [tok], StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
                                   accepted_from="none", step_s=clock.since(t0), forward_s=forward_s,
                                   match_len=lookup.match_len, shadow=lookup.shadow, emitted=(tok,))
@@ -222,6 +233,7 @@ def lookahead_step(
     logits = runner.forward(step.input_ids, step.position_ids, cache, mask=mask, keep=step.keep)  # [m, V]
     path, new = verifier.verify(tree, logits[: step.n_tree], drafter.tokens)  # waits for the forward
     forward_s = clock.since(tf)
+    drafter.observe(tree.tokens, logits[: step.n_tree])
     if rows is not None:
         drafter.advance_window(logits[step.n_tree :].argmax(-1).tolist())
     cache.keep(base, [0] + path)
@@ -231,6 +243,7 @@ def lookahead_step(
         lookup_nodes=drafted.nodes(PromptLookupSource.name),
         pool_nodes=drafted.nodes(PoolSource.name),
         memory_nodes=drafted.nodes(MemorySource.name),
+        recycle_nodes=drafted.nodes(RecycleSource.name),
         window_tokens=step.size - len(tree),
         accepted=len(path),
         accepted_from=drafted.accepted_from(path),
@@ -256,7 +269,8 @@ def lookahead_decode(
     verifier=None,
     on_tokens: Callable[[list[int]], None] | None = None,
     memory: AnswerMemory | None = None,
-    memory_token_cost: float | None = None,
+    token_cost: float | None = None,
+    recycled: NextTokenTable | None = None,
     clock: DeviceClock | None = None,
     attention: AttentionPlan | None = None,
 ) -> tuple[list[int], DecodeLog]:
@@ -264,8 +278,11 @@ def lookahead_decode(
 
     Stops after ``max_new_tokens``, at the first of ``eos_ids`` (kept, as generate does) or when
     ``stop(new_tokens)`` is true. ``memory``: earlier answers as one more draft source (read only
-    here; the caller decides what to remember); ``memory_token_cost``: one more packed token's cost relative to
-    a step on this machine (``MemorySource``; None: the memory's fixed floor). ``clock``: what times the steps (default: the model's device,
+    here; the caller decides what to remember); ``token_cost``: one more packed token's cost relative to
+    a step on this machine, what memory and recycled drafts must earn to be packed (None: the memory's
+    fixed floor, recycled drafts up to ``config.recycle``). ``recycled``: the next-token
+    table token recycling drafts from and learns into (default: a fresh one when ``config.recycle``), so
+    a caller can carry it from one generation to the next. ``clock``: what times the steps (default: the model's device,
     CUDA-synchronised). ``attention``: which implementation each step kind runs (default:
     ``attention.model_plan``); the model's own implementation is restored on the way out.
     """
@@ -277,7 +294,8 @@ def lookahead_decode(
     capacity = len(prompt_list) + max_new_tokens + config.packed_size() + 8
     cache = runner.new_cache(capacity)
     layout = Layout(device=runner.device)
-    drafter = Drafter(config=config, prompt=prompt_list, memory=memory, memory_token_cost=memory_token_cost)
+    drafter = Drafter(config=config, prompt=prompt_list, memory=memory, token_cost=token_cost,
+                      recycled=recycled)
     eos = set(int(e) for e in eos_ids)
     log = DecodeLog()
     out: list[int] = []
@@ -305,7 +323,9 @@ def lookahead_decode(
     try:
         with torch.inference_mode():
             t0 = clock.now()
-            first = verifier.first(prefill(runner, cache, prompt.to(runner.device)), prompt_list)
+            logits = prefill(runner, cache, prompt.to(runner.device))  # [V]
+            first = verifier.first(logits, prompt_list)
+            drafter.observe(prompt_list[-1:], logits[None])
             log.prefill_ms = clock.since(t0) * 1e3
             if max_new_tokens <= 0:
                 log.stop_reason = "max_new_tokens"

@@ -25,6 +25,7 @@ class StepPlan:
     drafts: int  # prompt-lookup drafts (distinct earlier occurrences)
     draft_lens: tuple[int, ...] = ()  # draft length after an m-token suffix match at index m-1 (0 = no draft); () = draft_len
     shadow_len: int = 0  # where a match drafts nothing: look up this many tokens anyway, to learn from, never packed
+    recycle: int = 0  # draft-tree nodes grown from the model's own top-k predictions (token recycling); 0 = none
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,10 +38,11 @@ class StepOutcome:
     pool_nodes: int  # draft-tree nodes added by pool n-grams (beyond shared prefixes)
     window_tokens: int  # lookahead-branch tokens in the forward
     accepted: int
-    accepted_from: str  # "none", "lookup" (prompt-lookup draft), "memory" (an earlier answer) or "pool" (a pool n-gram)
+    accepted_from: str  # "none", "lookup" (prompt-lookup draft), "memory" (an earlier answer), "pool" (a pool n-gram) or "recycle" (recycled top-k predictions)
     step_s: float  # wall time of the whole step
     forward_s: float  # wall time of the model forward alone
     memory_nodes: int = 0  # draft-tree nodes added by the answer memory (beyond shared prefixes)
+    recycle_nodes: int = 0  # draft-tree nodes added by token recycling (beyond shared prefixes)
     longest_draft: int = 0  # tokens in the longest prompt-lookup draft packed (0 = none)
     match_len: int = 0  # tokens of the suffix match the prompt-lookup drafts came from (0 = none)
     shadow: tuple[tuple[int, ...], ...] = ()  # lookup drafts found but not packed (plan.shadow_len): the later tokens show what they would have accepted
@@ -67,6 +69,7 @@ class StaticPolicy:
             guesses=config.guesses if look else 0,
             draft_len=config.prompt_lookup,
             drafts=config.prompt_lookup_drafts if config.prompt_lookup else 0,
+            recycle=config.recycle,
         )
 
     def plan(self) -> StepPlan:

@@ -1,0 +1,146 @@
+"""Token recycling: drafts from the model's own runner-up predictions (Luo et al., 2024).
+
+Every forward computes a full next-token distribution at every packed position, and greedy
+verification reads only its argmax. The rest is not noise: what the model ranked 2nd-8th after a
+token is often what it writes after that token later. ``NextTokenTable`` keeps, per token id, the
+top-``k`` next tokens the model predicted the last time that token was packed (a [V, k] table,
+~5 MB for a 150k vocabulary), updated from every step's tree logits. ``RecycleSource`` drafts a
+tree from it: best-first from the last token, a node's children are its token's table row, and a
+node's worth is the product of its ranks' hit rates, learned from the output itself (how often the
+token that came next was at rank r of the row the source drafted from). The tree holds at most
+``plan.recycle`` nodes: the ones with the most expected accepted tokens, and, where the machine's step
+curve prices a packed token (``token_cost``, one more token's cost relative to a step: ~0 on a GPU,
+0.02-0.03 on 2-core CPUs), only those whose worth pays for it: a node raises tokens/s iff its chance of
+being accepted exceeds tokens/step x token_cost (the answer memory's rule, ``engine/memory.py``).
+
+Under greedy verification the output is the model's argmax whatever is drafted; this only decides
+what is packed. The table is pure data (ids in, ids out).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .sources import Candidates
+from .steps import StepPlan
+
+EMPTY = -1  # a table row the model has not predicted yet
+
+
+class NextTokenTable:
+    """Token id -> the model's top-``k`` next tokens after it, as last predicted (rank 0 first)."""
+
+    def __init__(self, *, k: int = 8) -> None:
+        if k < 1:
+            raise ValueError(f"token recycling needs k >= 1 next tokens per token, got {k}")
+        self.k = k
+        self.rows = np.full((0, k), EMPTY, dtype=np.int64)  # [V, k]; grown to the vocabulary on first sight
+
+    def _grow(self, vocab: int) -> None:
+        if vocab > len(self.rows):
+            grown = np.full((vocab, self.k), EMPTY, dtype=np.int64)
+            grown[: len(self.rows)] = self.rows
+            self.rows = grown
+
+    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        """``tokens``: m packed input ids; ``logits`` [m, V]: the model's next-token logits after each."""
+        if not len(tokens):
+            return
+        top = logits.topk(min(self.k, logits.shape[-1]), dim=-1).indices  # [m, k]
+        self._grow(int(logits.shape[-1]))
+        self.rows[np.asarray(tokens, dtype=np.int64), : top.shape[1]] = top.cpu().numpy()
+
+    def row(self, token: int) -> np.ndarray:
+        """The ``k`` next tokens after ``token`` (EMPTY where none is known)."""
+        if 0 <= token < len(self.rows):
+            return self.rows[token]
+        return np.full(self.k, EMPTY, dtype=np.int64)
+
+
+class RankHits:
+    """How often the token that came next was at rank r of the row the drafts were grown from."""
+
+    PRIOR = (0.45, 0.12, 0.06, 0.04, 0.03, 0.02, 0.015, 0.01)  # starting guess per rank, learned away
+    WEIGHT = 20.0  # pseudo-observations behind the starting guess
+
+    def __init__(self, k: int) -> None:
+        self.prior = [self.PRIOR[r] if r < len(self.PRIOR) else self.PRIOR[-1] for r in range(k)]
+        self.hits = [0.0] * k
+        self.seen = 0.0
+
+    def rate(self, rank: int) -> float:
+        return (self.hits[rank] + self.WEIGHT * self.prior[rank]) / (self.seen + self.WEIGHT)
+
+    def record(self, rank: int | None) -> None:
+        self.seen += 1
+        if rank is not None:
+            self.hits[rank] += 1
+
+
+class RecycleSource:
+    """Draft source over a ``NextTokenTable``: a best-first tree of ``plan.recycle`` nodes."""
+
+    name = "recycle"
+    MAX_DEPTH = 8  # deepest recycled draft
+    EMA = 0.1  # weight of one step in the tokens/step estimate behind the floor
+
+    def __init__(self, table: NextTokenTable | None = None, *, k: int = 8, token_cost: float | None = None) -> None:
+        self.table = table if table is not None else NextTokenTable(k=k)
+        self.hits = RankHits(self.table.k)
+        self.token_cost = token_cost  # None: no curve, the plan's budget alone sizes the tree
+        self.tokens_per_step = 1.0  # EMA of the tokens each step appends
+        self._rows: dict[int, np.ndarray] = {}  # token -> the row drafted from this step (scored by update)
+        self._last: int | None = None
+
+    def floor(self) -> float:
+        """The worth (chance of acceptance) a node must have to be packed: 0 without a curve."""
+        return 0.0 if self.token_cost is None else min(self.tokens_per_step * self.token_cost, 0.99)
+
+    def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
+        self._rows = {}
+        self._last = last
+        if plan.recycle <= 0:
+            return Candidates()
+        floor = self.floor()
+        rates = [self.hits.rate(r) for r in range(self.table.k)]
+        heap: list[tuple[float, int, tuple[int, ...]]] = []  # (-worth, tiebreak, path)
+        order = 0
+
+        def push_children(token: int, path: tuple[int, ...], worth: float) -> None:
+            nonlocal order
+            if len(path) >= self.MAX_DEPTH:
+                return
+            row = self._rows.get(token)
+            if row is None:
+                row = self._rows[token] = self.table.row(token).copy()
+            for rank, nxt in enumerate(row.tolist()):
+                if nxt != EMPTY:
+                    heapq.heappush(heap, (-worth * rates[rank], order, path + (nxt,)))
+                    order += 1
+
+        push_children(last, (), 1.0)
+        chosen: list[tuple[int, ...]] = []
+        while heap and len(chosen) < plan.recycle and -heap[0][0] >= floor:
+            neg, _, path = heapq.heappop(heap)
+            chosen.append(path)
+            push_children(path[-1], path, -neg)
+        return Candidates(drafts=chosen)  # parents before children: the tree merges each into its parent
+
+    def update(self, *, tokens: Sequence[int]) -> None:
+        """Score the rows drafted from against what followed (each pair once, the first step's only)."""
+        if self._last is not None:  # a decode step's tokens, not the prompt's
+            self.tokens_per_step += self.EMA * (len(tokens) - self.tokens_per_step)
+        prev = self._last
+        for tok in tokens:
+            row = self._rows.get(prev) if prev is not None else None
+            if row is None:
+                break
+            hit = np.flatnonzero(row == tok)
+            self.hits.record(int(hit[0]) if hit.size else None)
+            prev = tok
+        self._rows = {}
+        self._last = None

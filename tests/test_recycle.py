@@ -1,0 +1,115 @@
+"""Token recycling: the next-token table, the best-first draft tree, the rank hit rates it learns."""
+
+import pytest
+import torch
+from tiny import hf_greedy, repetitive_prompt, tiny_llama
+
+from autolade.config import LookaheadConfig
+from autolade.engine.decode import Drafter, lookahead_decode
+from autolade.engine.recycle import EMPTY, NextTokenTable, RankHits, RecycleSource
+from autolade.engine.steps import StepPlan
+
+PLAN = StepPlan(window=0, guesses=0, draft_len=0, drafts=0, recycle=4)
+
+
+def logits_ranking(vocab: int, order: list[int]) -> torch.Tensor:
+    """[V] logits whose top tokens are ``order``, best first."""
+    out = torch.zeros(vocab)
+    for rank, tok in enumerate(order):
+        out[tok] = float(len(order) - rank)
+    return out
+
+
+def test_table_keeps_each_tokens_latest_top_k():
+    table = NextTokenTable(k=2)
+    assert (table.row(5) == EMPTY).all()  # nothing seen yet, even past the vocabulary
+    table.observe([5, 7], torch.stack([logits_ranking(10, [3, 4]), logits_ranking(10, [1, 2])]))
+    assert table.row(5).tolist() == [3, 4]
+    assert table.row(7).tolist() == [1, 2]
+    table.observe([5], logits_ranking(10, [9, 8])[None])  # a later prediction replaces the row
+    assert table.row(5).tolist() == [9, 8]
+    assert (table.row(6) == EMPTY).all()
+    with pytest.raises(ValueError, match="k >= 1"):
+        NextTokenTable(k=0)
+
+
+def test_tree_is_grown_best_first_within_the_budget():
+    table = NextTokenTable(k=3)
+    table.observe([1, 2, 3], torch.stack([logits_ranking(10, [2, 5, 6]), logits_ranking(10, [3, 7, 8]),
+                                          logits_ranking(10, [4, 9, 0])]))
+    source = RecycleSource(table)
+    # rates 0.45 / 0.12 / 0.06: the top-1 chain 1->2->3->4 is worth .45, .2, .09; rank 2 after 1 is .12
+    found = source.get_candidates(plan=PLAN, last=1)
+    assert found.drafts == [(2,), (2, 3), (5,), (2, 3, 4)]
+    assert source.get_candidates(plan=StepPlan(window=0, guesses=0, draft_len=0, drafts=0), last=1).drafts == []
+    assert source.get_candidates(plan=PLAN, last=4).drafts == []  # nothing known after 4
+
+
+def test_a_priced_token_cuts_the_nodes_that_do_not_pay_for_it():
+    table = NextTokenTable(k=3)
+    table.observe([1, 2, 3], torch.stack([logits_ranking(10, [2, 5, 6]), logits_ranking(10, [3, 7, 8]),
+                                          logits_ranking(10, [4, 9, 0])]))
+    plan = StepPlan(window=0, guesses=0, draft_len=0, drafts=0, recycle=8)
+    assert len(RecycleSource(table).get_candidates(plan=plan, last=1).drafts) == 8  # no curve: the budget alone
+    assert len(RecycleSource(table, token_cost=0.0).get_candidates(plan=plan, last=1).drafts) == 8  # a GPU's flat curve
+    priced = RecycleSource(table, token_cost=0.1)  # floor = 1 token/step x 0.1: worth .45, .2025, .12 pass
+    assert priced.floor() == pytest.approx(0.1)
+    assert priced.get_candidates(plan=plan, last=1).drafts == [(2,), (2, 3), (5,)]
+    for _ in range(40):  # the top-1 chain came true, 3 tokens a step: the floor rises to ~0.3, rank 0 to ~0.8
+        priced.get_candidates(plan=plan, last=1)
+        priced.update(tokens=[2, 3, 4])
+    assert priced.floor() == pytest.approx(0.3, abs=0.01)
+    assert priced.hits.rate(0) > 0.8 and priced.hits.rate(1) < 0.1
+    # the chain is worth packing to its end (nothing is known after 4); no runner-up earns its token
+    assert priced.get_candidates(plan=plan, last=1).drafts == [(2,), (2, 3), (2, 3, 4)]
+
+
+def test_rank_hits_are_learned_from_what_came_next():
+    table = NextTokenTable(k=2)
+    table.observe([1, 2], torch.stack([logits_ranking(10, [2, 3]), logits_ranking(10, [5, 4])]))
+    source = RecycleSource(table)
+    before = [source.hits.rate(r) for r in range(2)]
+    for _ in range(30):
+        source.get_candidates(plan=PLAN, last=1)
+        source.update(tokens=[3])  # the runner-up came next every time
+    assert source.hits.seen == 30 and source.hits.hits == [0.0, 30.0]
+    assert source.hits.rate(1) > 0.5 > before[1] and source.hits.rate(0) < before[0]
+    found = source.get_candidates(plan=StepPlan(window=0, guesses=0, draft_len=0, drafts=0, recycle=2), last=1)
+    assert found.drafts == [(3,), (2,)]  # the learned rates reorder the tree
+    source.update(tokens=[2, 5])  # 1->2 at rank 0, then 2->5 scored against the row of 2 it drafted from: rank 0
+    assert source.hits.hits == [2.0, 30.0] and source.hits.seen == 32
+
+
+def test_update_without_a_drafting_step_scores_nothing():
+    source = RecycleSource(NextTokenTable(k=2))
+    source.update(tokens=[1, 2, 3])  # the prompt
+    assert source.hits.seen == 0
+    assert RankHits(3).rate(0) == pytest.approx(RankHits.PRIOR[0])
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_llama()
+
+
+def test_recycled_drafts_are_accepted_and_credited_and_the_output_is_greedys(llama):
+    ids = repetitive_prompt(seed=2)
+    ref = hf_greedy(llama, ids, 64)
+    out, log = lookahead_decode(llama, ids, config=LookaheadConfig(window=0, prompt_lookup=0, recycle=16),
+                                max_new_tokens=64)
+    assert out == ref
+    assert any(s.accepted_from == "recycle" and s.accepted > 0 for s in log.steps)
+    assert len(log.steps) < 63
+
+
+def test_a_table_carried_over_drafts_from_the_first_step(llama):
+    ids = repetitive_prompt(seed=2)
+    table = NextTokenTable()
+    lookahead_decode(llama, ids, config=LookaheadConfig(window=0, prompt_lookup=0, recycle=16), max_new_tokens=32,
+                     recycled=table)
+    drafter = Drafter(config=LookaheadConfig(window=0, prompt_lookup=0, recycle=16), prompt=ids[0].tolist(),
+                      recycled=table)
+    assert len(drafter.tree(PLAN).tree) > 1  # the carried table drafts before this decode's first forward
+    out, _ = lookahead_decode(llama, ids, config=LookaheadConfig(window=0, prompt_lookup=0, recycle=16),
+                              max_new_tokens=32, recycled=table)
+    assert out == hf_greedy(llama, ids, 32)
