@@ -113,3 +113,17 @@ def test_a_table_carried_over_drafts_from_the_first_step(llama):
     out, _ = lookahead_decode(llama, ids, config=LookaheadConfig(window=0, prompt_lookup=0, recycle=16),
                               max_new_tokens=32, recycled=table)
     assert out == hf_greedy(llama, ids, 32)
+
+
+def test_the_prefill_seeds_the_table_with_the_prompts_predictions(llama):
+    ids = repetitive_prompt(seed=4)
+    table = NextTokenTable()
+    out, _ = lookahead_decode(llama, ids, config=LookaheadConfig(window=0, prompt_lookup=0, recycle=8), max_new_tokens=1,
+                              recycled=table)
+    assert out == hf_greedy(llama, ids, 1)
+    prompt = ids[0].tolist()
+    with torch.inference_mode():
+        top = llama(ids).logits[0].topk(table.k).indices  # [T, k]
+    last_seen = {tok: i for i, tok in enumerate(prompt)}  # a token's row holds its latest occurrence's prediction
+    for tok, i in last_seen.items():
+        assert table.row(tok).tolist() == top[i].tolist()

@@ -222,6 +222,7 @@ SETTINGS = [
     ("W4N4G4+lookup", LookaheadConfig(window=4, ngram=4, guesses=4), PLAIN),
     ("W3N3G8-pool-only", LookaheadConfig(window=3, ngram=3, guesses=8, prompt_lookup=0), PLAIN),
     ("W4N4G4+lookup-warped", LookaheadConfig(window=4, ngram=4, guesses=4), WARPED),
+    ("recycle-only", LookaheadConfig(window=0, prompt_lookup=0, recycle=12), PLAIN),
 ]
 
 

@@ -25,6 +25,8 @@ from .steps import Policy, StaticPolicy, StepOutcome, StepPlan
 from .verify import GreedyVerifier
 from .window import JacobiWindow
 
+PROMPT_OBSERVED = 256  # with token recycling: the prompt's last positions whose next-token logits the prefill keeps
+
 
 @dataclass
 class StepRecord:
@@ -190,11 +192,12 @@ class Drafter:
             source.update(tokens=tokens)
 
 
-def prefill(runner: ModelRunner, cache: KVCache, prompt: torch.Tensor) -> torch.Tensor:
-    """Run the prompt; returns the logits [V] of the first new token. ``prompt``: [1, T]."""
+def prefill(runner: ModelRunner, cache: KVCache, prompt: torch.Tensor, *, keep: int = 1) -> torch.Tensor:
+    """Run the prompt; returns the logits [keep, V] of its last ``keep`` positions (the last row: the
+    first new token's). ``prompt``: [1, T]."""
     t = prompt.shape[1]
     positions = torch.arange(t, device=runner.device).unsqueeze(0)  # [1, T]
-    return runner.forward(prompt, positions, cache, keep=1, kind="prefill")[-1]  # [V]
+    return runner.forward(prompt, positions, cache, keep=keep, kind="prefill")  # [keep, V]
 
 
 def decode_one_token(runner: ModelRunner, cache: KVCache, last: int) -> torch.Tensor:
@@ -323,9 +326,10 @@ def lookahead_decode(
     try:
         with torch.inference_mode():
             t0 = clock.now()
-            logits = prefill(runner, cache, prompt.to(runner.device))  # [V]
-            first = verifier.first(logits, prompt_list)
-            drafter.observe(prompt_list[-1:], logits[None])
+            seen = min(len(prompt_list), PROMPT_OBSERVED) if drafter.recycler is not None else 1
+            logits = prefill(runner, cache, prompt.to(runner.device), keep=seen)  # [seen, V]
+            first = verifier.first(logits[-1], prompt_list)
+            drafter.observe(prompt_list[-seen:], logits)  # token recycling starts from the prompt's predictions
             log.prefill_ms = clock.since(t0) * 1e3
             if max_new_tokens <= 0:
                 log.stop_reason = "max_new_tokens"
