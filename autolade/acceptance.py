@@ -70,13 +70,16 @@ class Setting:
 
     @classmethod
     def of(cls, config: LookaheadConfig, *, policy: str = "static") -> Setting:
-        """A Setting labelled from its config, e.g. "W4 N4 G4 + lookup 10x2" or "policy lookup: lookup 10x2"."""
+        """A Setting labelled from its config, e.g. "W4 N4 G4 + lookup 10x2", "W2 N3 G2 + recycle 16" or "policy
+        lookup: lookup 10x2"."""
         parts = []
         if config.lookahead:
             parts.append(f"W{config.window} N{config.ngram} G{config.guesses}")
         if config.prompt_lookup:
             scaled = " scaled" if config.prompt_lookup_scaled else ""
             parts.append(f"lookup {config.prompt_lookup}x{config.prompt_lookup_drafts}{scaled}")
+        if config.recycle:
+            parts.append(f"recycle {config.recycle}")
         label = " + ".join(parts) or "greedy"
         return cls(label=label if policy == "static" else f"policy {policy}: {label}", config=config, policy=policy)
 
@@ -87,13 +90,23 @@ class Setting:
 GREEDY_SETTING = Setting(label="greedy", config=GREEDY)
 
 
+# token recycling (counted at its full budget: the step curve's cut is the machine's, applied where it runs):
+# alone, on the CPU's best chat window, and on the paper's GPU setting
+RECYCLE_SETTINGS = (
+    Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)),
+    Setting.of(LookaheadConfig(window=2, ngram=3, guesses=2, prompt_lookup=0, recycle=16)),
+    Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15, recycle=32)),
+)
+
+
 def default_grid() -> tuple[Setting, ...]:
-    """The candidates ``autolade accept`` measures: 36 settings, ~10 prompts x 128 tokens each is
+    """The candidates ``autolade accept`` measures: 39 settings, ~10 prompts x 128 tokens each is
     minutes on a CPU for SmolLM2-135M. Greedy; the scaled prompt lookup (the CPU default);
     unscaled prompt lookup, 1-3 drafts of 4/8/10 tokens; the ``lookup`` policy; pure Jacobi windows
     W in {1,2,4,7,10,15}, N in {2..5}, G in {0..W} (a spread, not the full product); and three
     windows with prompt lookup: W4 N4 G4, W7 N2 G7 (one-token guesses: the cheapest window per
-    guess, the best timed setting on Qwen2.5-Coder 1.5B on a 2-core CPU) and the paper's GPU setting."""
+    guess, the best timed setting on Qwen2.5-Coder 1.5B on a 2-core CPU) and the paper's GPU setting; and
+    ``RECYCLE_SETTINGS``."""
     grid = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP)]
     for drafts in (1, 2, 3):
         for length in (4, 8, 10):
@@ -107,6 +120,7 @@ def default_grid() -> tuple[Setting, ...]:
     grid.append(Setting.of(SCALED_LOOKUP.with_(window=4, ngram=4, guesses=4)))
     grid.append(Setting.of(SCALED_LOOKUP.with_(window=7, ngram=2, guesses=7)))
     grid.append(Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15)))  # paper's W/N/G, default lookup 10x2
+    grid += RECYCLE_SETTINGS
     return tuple(grid)
 
 
@@ -524,7 +538,7 @@ def measure_row(model: Any, prompts: Sequence[Any], setting: Setting, *, max_new
         ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, dtype=torch.long)
         ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
         res = generate(model, ids, max_new_tokens=max_new_tokens, config=setting.config, policy=setting.policy,
-                       memory=False)  # counts of the setting alone
+                       memory=False, price_drafts=False)  # counts of the setting alone, on no machine's curve
         runs.append((ids.shape[1], res.stats))
     return row_from_runs(setting, runs)
 
@@ -566,8 +580,9 @@ def row_from_runs(setting: Setting, runs: Sequence[tuple[int, Any]]) -> Acceptan
 
 
 def replayable(setting: Setting) -> bool:
-    """Prompt lookup without a window, static or under the ``lookup`` policy: replay counts it exactly."""
-    return setting.policy in ("static", "lookup") and not setting.config.lookahead
+    """Prompt lookup without a window or recycled drafts (they need the model's logits), static or under the
+    ``lookup`` policy: replay counts it exactly."""
+    return setting.policy in ("static", "lookup") and not setting.config.lookahead and not setting.config.recycle
 
 
 def empty_table(model: Any, tokenizer: Any = None, *, workload: str, max_new_tokens: int, prompts: int,
@@ -669,9 +684,9 @@ def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:
 
 
 def compact_grid() -> tuple[Setting, ...]:
-    """A 15-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
-    greedy, the prompt-lookup family, one window per size class up to the paper's W=15 N=5 G=15, and
-    W7 N2 G7 alone and with scaled prompt lookup."""
+    """An 18-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
+    greedy, the prompt-lookup family, one window per size class up to the paper's W=15 N=5 G=15,
+    W7 N2 G7 alone and with scaled prompt lookup, and the three recycling settings."""
     labels = {s.label: s for s in default_grid()}
     keep = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP),
             Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=1)),
@@ -681,7 +696,7 @@ def compact_grid() -> tuple[Setting, ...]:
         keep.append(Setting.of(LookaheadConfig(window=w, ngram=n, guesses=g, prompt_lookup=0)))
     keep += [Setting.of(SCALED_LOOKUP.with_(window=4, ngram=4, guesses=4)),
              Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15)),
-             Setting.of(SCALED_LOOKUP.with_(window=7, ngram=2, guesses=7))]
+             Setting.of(SCALED_LOOKUP.with_(window=7, ngram=2, guesses=7)), *RECYCLE_SETTINGS]
     missing = [s.label for s in keep if s.label not in labels]
     assert not missing, missing  # every compact setting is one of the full grid's
     return tuple(keep)

@@ -96,6 +96,7 @@ def generate(
     repetition_penalty: float | None = None,
     seed: int | None = None,
     memory: bool | str | AnswerMemory | None = None,
+    price_drafts: bool = True,
     **unsupported: Any,
 ) -> GenerateResult:
     """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
@@ -118,6 +119,10 @@ def generate(
     nothing (the tuner's way); ``False``: neither; None: ``MEMORY_DEFAULT`` when greedy, off
     when sampling (a sample's random draws follow the drafts, so a seed would not repeat a sample once
     the memory grew). Greedy output is the same either way; sampled output keeps its distribution.
+
+    ``price_drafts``: memory and recycled drafts are packed only where this machine's stored step curve
+    says they pay (``StepCurve.token_cost``); False: recycled drafts fill the config's ``recycle`` budget
+    whatever the machine (what ``autolade accept`` counts, so that a table travels).
     """
     reject_unsupported(unsupported)
     ids = _check_input(model, input_ids, max_new_tokens)
@@ -130,7 +135,7 @@ def generate(
     return run_engine(
         model, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses, config=config,
         policy=policy, workload=workload, tokenizer=tokenizer, eos=eos, stop=stop, on_tokens=on_tokens, verifier=verifier,
-        memory=memory,
+        memory=memory, price_drafts=price_drafts,
     )  # fmt: skip
 
 
@@ -151,6 +156,7 @@ def run_engine(
     on_tokens: Callable[[list[int]], None] | None,
     verifier: Any,
     memory: bool | str | AnswerMemory | None = None,
+    price_drafts: bool = True,
 ) -> GenerateResult:
     """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
     resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
@@ -164,7 +170,7 @@ def run_engine(
         memory = False if isinstance(verifier, SamplingVerifier) else MEMORY_DEFAULT
     answers, memory_note, remember = _open_memory(model, memory, workload)
     # memory and recycled drafts priced by this machine's step curve (an empty memory drafts nothing)
-    token_cost = stored_token_cost(model) if answers or config.recycle else None
+    token_cost = stored_token_cost(model) if price_drafts and (answers or config.recycle) else None
     if answers:
         memory_note += (f"; drafts priced by the step curve (a packed token costs {token_cost:.3f} of a step)"
                         if token_cost is not None else

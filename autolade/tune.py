@@ -23,6 +23,7 @@ import torch
 
 from .config import LookaheadConfig
 from .engine.memory import AnswerMemory
+from .engine.recycle import RecycleSource
 from .errors import ConfigError
 from .harness import (
     TIMER,
@@ -228,9 +229,10 @@ def suggest(trial, opts: TuneOptions, max_window: int) -> Candidate:
     lookup = trial.suggest_categorical("prompt_lookup", [0, 4, 6, 8, 10, 12, 16])
     drafts = trial.suggest_int("prompt_lookup_drafts", 1, 3) if lookup else 1
     scaled = trial.suggest_categorical("prompt_lookup_scaled", [False, True]) if lookup else False
+    recycle = trial.suggest_categorical("recycle", [0, 8, 16, 32])  # at most; the step curve cuts what does not pay
     config = LookaheadConfig(window=window, ngram=ngram, guesses=guesses, prompt_lookup=lookup,
                              prompt_lookup_drafts=drafts, prompt_lookup_scaled=scaled,
-                             prompt_lookup_ngram=4 if scaled else 3)  # scaled: matches of 1..4 tokens draft 2..16
+                             prompt_lookup_ngram=4 if scaled else 3, recycle=recycle)  # scaled: matches of 1..4 draft 2..16
     policy = None
     if opts.search_policy and not config.greedy_only:
         name = trial.suggest_categorical("policy", ["static", "adaptive", "lookup"])
@@ -463,8 +465,11 @@ def tune(
         cand = suggest(trial, opts, max_window)
         trial.set_user_attr("label", cand.label())
         if curve is not None and not cand.config.greedy_only:
-            best_case = max(cand.config.ngram if cand.config.lookahead else 1, cand.config.prompt_lookup + 1)
-            bound = best_case * curve.cost(1) / curve.cost(cand.config.packed_size())
+            cfg = cand.config
+            best_case = max(cfg.ngram if cfg.lookahead else 1, cfg.prompt_lookup + 1,
+                            RecycleSource.MAX_DEPTH + 1 if cfg.recycle else 1)
+            # the step curve may cut every recycled node: the least a step packs leaves them out
+            bound = best_case * curve.cost(1) / curve.cost(cfg.with_(recycle=0).packed_size())
             trial.set_user_attr("bound", bound)
             if bound < 1.0:  # even accepting everything it cannot beat greedy on this machine
                 raise optuna.TrialPruned(f"speedup bound {bound:.2f} < 1 from the step-latency curve")
@@ -571,7 +576,7 @@ def _curve_max_window(curve, opts: TuneOptions) -> int:
 
 
 def _params_of(config: LookaheadConfig, policy: dict | None) -> dict[str, Any]:
-    params: dict[str, Any] = {"window": config.window, "prompt_lookup": config.prompt_lookup}
+    params: dict[str, Any] = {"window": config.window, "prompt_lookup": config.prompt_lookup, "recycle": config.recycle}
     if config.window:
         params.update(ngram=config.ngram, guesses=config.guesses)
     if config.prompt_lookup:

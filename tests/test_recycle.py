@@ -84,6 +84,9 @@ def test_update_without_a_drafting_step_scores_nothing():
     source = RecycleSource(NextTokenTable(k=2))
     source.update(tokens=[1, 2, 3])  # the prompt
     assert source.hits.seen == 0
+    source.get_candidates(plan=PLAN, last=9)  # nothing known after 9: nothing drafted, so no miss either
+    source.update(tokens=[4])
+    assert source.hits.seen == 0
     assert RankHits(3).rate(0) == pytest.approx(RankHits.PRIOR[0])
 
 

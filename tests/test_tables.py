@@ -175,7 +175,7 @@ def test_verify_stores_greedy_when_the_prediction_loses():
 
 def test_tuner_enqueues_the_prediction_first():
     assert predicted_start(None, FLAT) is None and predicted_start(synthetic_table(), None) is None
-    assert predicted_start(synthetic_table(), FLAT) == {"window": 4, "prompt_lookup": 0, "ngram": 4, "guesses": 4,
+    assert predicted_start(synthetic_table(), FLAT) == {"window": 4, "prompt_lookup": 0, "recycle": 0, "ngram": 4, "guesses": 4,
                                                          "policy": "static"}
     start = predicted_start(synthetic_table(), STEEP)
     assert start["policy"] == "lookup" and start["lookup_sizing"] == "length" and start["prompt_lookup"] == 10

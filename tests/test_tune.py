@@ -114,6 +114,8 @@ def test_finalists_are_distinct_behaviours_and_old_trials_still_load():
     assert [c.label() for c in picked] == ["lookup8 lookup", "greedy", "lookup8s lookup"]
     old = {k: v for k, v in lookup.items() if k != "prompt_lookup_scaled"}  # a study from before scaled drafts
     assert candidate_from_params(old, TuneOptions()).config.prompt_lookup_scaled is False
+    assert candidate_from_params(old, TuneOptions()).config.recycle == 0  # ... and before token recycling
+    assert candidate_from_params({**lookup, "recycle": 16}, TuneOptions()).label() == "lookup8+R16 lookup"
     # an adaptive trial from before start_off / probe_backoff: the window starts on, probes never back off
     adaptive = {"window": 3, "ngram": 3, "guesses": 2, "prompt_lookup": 0, "policy": "adaptive", "max_window": 4,
                 "margin": 1.05, "probe_every": 16}

@@ -137,7 +137,7 @@ class RecycleSource:
         prev = self._last
         for tok in tokens:
             row = self._rows.get(prev) if prev is not None else None
-            if row is None:
+            if row is None or row[0] == EMPTY:  # not drafted from, or nothing known to draft: no rank to score
                 break
             hit = np.flatnonzero(row == tok)
             self.hits.record(int(hit[0]) if hit.size else None)
