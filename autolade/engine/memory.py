@@ -26,7 +26,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .sources import Candidates
+from .sources import Candidates, StepPrice
 from .steps import StepPlan
 
 SEP = -1  # between answers: no n-gram and no continuation crosses it
@@ -213,25 +213,21 @@ class MemorySource:
     against the tokens that follow (under greedy exactly what packing it whole would have accepted)."""
 
     name = "memory"
-    EMA = 0.1  # weight of one step in the tokens-per-step average
 
     def __init__(self, memory: AnswerMemory, *, context: int = 64, token_cost: float | None = None) -> None:
         self.memory = memory
-        self.token_cost = token_cost
+        self.price = StepPrice(token_cost)
         self._tail: deque[int] = deque(maxlen=max(context, memory.config.max_ngram))
         self._watching: list[tuple[int, int, tuple[int, ...], int]] = []  # (m, rank, draft, tokens right so far)
         self._updates = 0
-        self.tokens_per_step = 1.0  # EMA of the tokens each step appends
 
     def floor(self) -> float:
         """The chance a draft token must have to be packed. With ``token_cost`` (one more packed token's
         cost relative to a step, from this machine's step curve), a token that is accepted with chance p
         raises tokens/s iff p > tokens/step x token_cost; without it, ``MemoryConfig.min_alive`` (0: no cut,
         whatever the curve says)."""
-        fixed = self.memory.config.min_alive
-        if self.token_cost is None or fixed <= 0:
-            return fixed
-        return min(self.tokens_per_step * self.token_cost, 0.99)
+        fixed, priced = self.memory.config.min_alive, self.price.floor()
+        return fixed if priced is None or fixed <= 0 else priced
 
     def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
         if plan.draft_len <= 0 and plan.drafts <= 0:
@@ -247,7 +243,7 @@ class MemorySource:
         self._tail.extend(tokens)
         self._updates += 1
         if self._updates > 2:  # the prompt, then the prefill's token, then one update per step
-            self.tokens_per_step += self.EMA * (len(tokens) - self.tokens_per_step)
+            self.price.step(len(tokens))
         still = []
         for m, r, draft, right in self._watching:
             for tok in tokens:

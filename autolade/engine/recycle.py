@@ -10,8 +10,8 @@ node's worth is the product of its ranks' hit rates, learned from the output its
 token that came next was at rank r of the row the source drafted from). The tree holds at most
 ``plan.recycle`` nodes: the ones with the most expected accepted tokens, and, where the machine's step
 curve prices a packed token (``token_cost``, one more token's cost relative to a step: ~0 on a GPU,
-0.02-0.03 on 2-core CPUs), only those whose worth pays for it: a node raises tokens/s iff its chance of
-being accepted exceeds tokens/step x token_cost (the answer memory's rule, ``engine/memory.py``).
+0.02-0.035 measured on a 2-core EPYC), only those whose worth pays for it: a node raises tokens/s iff
+its chance of being accepted exceeds tokens/step x token_cost (``StepPrice``, shared with the memory).
 
 Under greedy verification the output is the model's argmax whatever is drafted; this only decides
 what is packed. The table is pure data (ids in, ids out).
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .sources import Candidates
+from .sources import Candidates, StepPrice
 from .steps import StepPlan
 
 EMPTY = -1  # a table row the model has not predicted yet
@@ -86,19 +86,18 @@ class RecycleSource:
 
     name = "recycle"
     MAX_DEPTH = 8  # deepest recycled draft
-    EMA = 0.1  # weight of one step in the tokens/step estimate behind the floor
 
     def __init__(self, table: NextTokenTable | None = None, *, k: int = 8, token_cost: float | None = None) -> None:
         self.table = table if table is not None else NextTokenTable(k=k)
         self.hits = RankHits(self.table.k)
-        self.token_cost = token_cost  # None: no curve, the plan's budget alone sizes the tree
-        self.tokens_per_step = 1.0  # EMA of the tokens each step appends
+        self.price = StepPrice(token_cost)  # no curve: the plan's budget alone sizes the tree
         self._rows: dict[int, np.ndarray] = {}  # token -> the row drafted from this step (scored by update)
         self._last: int | None = None
 
     def floor(self) -> float:
         """The worth (chance of acceptance) a node must have to be packed: 0 without a curve."""
-        return 0.0 if self.token_cost is None else min(self.tokens_per_step * self.token_cost, 0.99)
+        priced = self.price.floor()
+        return 0.0 if priced is None else priced
 
     def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
         self._rows = {}
@@ -133,7 +132,7 @@ class RecycleSource:
     def update(self, *, tokens: Sequence[int]) -> None:
         """Score the rows drafted from against what followed (each pair once, the first step's only)."""
         if self._last is not None:  # a decode step's tokens, not the prompt's
-            self.tokens_per_step += self.EMA * (len(tokens) - self.tokens_per_step)
+            self.price.step(len(tokens))
         prev = self._last
         for tok in tokens:
             row = self._rows.get(prev) if prev is not None else None

@@ -35,3 +35,24 @@ class DraftSource(Protocol):
     def update(self, *, tokens: Sequence[int]) -> None:
         """The tokens just appended to the context: the prompt first, then each step's new tokens."""
         ...
+
+
+class StepPrice:
+    """What a packed draft token must be worth on this machine, shared by the sources that size their
+    drafts by it (memory, recycling): with ``token_cost`` (one more packed token's cost relative to a
+    step, from the machine's step curve) a token accepted with chance p raises tokens/s iff
+    p > tokens/step x token_cost."""
+
+    EMA = 0.1  # weight of one step in the tokens/step average
+
+    def __init__(self, token_cost: float | None) -> None:
+        self.token_cost = token_cost  # None: no curve stored
+        self.tokens_per_step = 1.0  # EMA of the tokens each decode step appends
+
+    def step(self, tokens: int) -> None:
+        """One decode step appended ``tokens`` tokens."""
+        self.tokens_per_step += self.EMA * (tokens - self.tokens_per_step)
+
+    def floor(self) -> float | None:
+        """The chance a packed token must have; None where no curve prices it."""
+        return None if self.token_cost is None else min(self.tokens_per_step * self.token_cost, 0.99)
