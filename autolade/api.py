@@ -12,6 +12,7 @@ from .config import LookaheadConfig
 from .engine.clock import DeviceClock
 from .engine.decode import DecodeLog, lookahead_decode
 from .engine.memory import AnswerMemory
+from .engine.recycle import NextTokenTable
 from .engine.sampling import SamplingVerifier, make_verifier, reject_unsupported
 from .errors import ConfigError, InputError
 from .models import eos_ids
@@ -97,6 +98,7 @@ def generate(
     seed: int | None = None,
     memory: bool | str | AnswerMemory | None = None,
     price_drafts: bool = True,
+    recycled: NextTokenTable | None = None,
     **unsupported: Any,
 ) -> GenerateResult:
     """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
@@ -119,6 +121,10 @@ def generate(
     nothing (the tuner's way); ``False``: neither; None: ``MEMORY_DEFAULT`` when greedy, off
     when sampling (a sample's random draws follow the drafts, so a seed would not repeat a sample once
     the memory grew). Greedy output is the same either way; sampled output keeps its distribution.
+    With the memory on, a config with ``recycle`` > 0 also carries its token recycling table (the model's
+    top-8 next tokens after each token, see ``autolade.engine.recycle``) from one call to the next in this
+    process, per model and workload (``"read"``: a copy, left as it was); otherwise each call starts a
+    fresh one. ``recycled``: the caller's own ``NextTokenTable``, drafted from and taught by this call.
 
     ``price_drafts``: memory and recycled drafts are packed only where this machine's stored step curve
     says they pay (``StepCurve.token_cost``); False: recycled drafts fill the config's ``recycle`` budget
@@ -135,7 +141,7 @@ def generate(
     return run_engine(
         model, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses, config=config,
         policy=policy, workload=workload, tokenizer=tokenizer, eos=eos, stop=stop, on_tokens=on_tokens, verifier=verifier,
-        memory=memory, price_drafts=price_drafts,
+        memory=memory, price_drafts=price_drafts, recycled=recycled,
     )  # fmt: skip
 
 
@@ -157,6 +163,7 @@ def run_engine(
     verifier: Any,
     memory: bool | str | AnswerMemory | None = None,
     price_drafts: bool = True,
+    recycled: NextTokenTable | None = None,
 ) -> GenerateResult:
     """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
     resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
@@ -168,7 +175,13 @@ def run_engine(
         policy = make_policy(policy, config, cost=stored_cost(model) if needs_cost(policy) else None)
     if memory is None:  # sampled: off, so that a seed gives the same sample whatever the memory holds
         memory = False if isinstance(verifier, SamplingVerifier) else MEMORY_DEFAULT
-    answers, memory_note, remember = _open_memory(model, memory, workload)
+    if recycled is not None and not isinstance(recycled, NextTokenTable):
+        raise ConfigError(f"recycled must be an autolade.engine.recycle.NextTokenTable or None, got {type(recycled).__name__}")
+    answers, memory_note, remember, carried = _open_memory(
+        model, memory, workload, recycle=config.recycle > 0 and recycled is None)
+    recycled = recycled if recycled is not None else carried
+    if carried is not None:
+        memory_note += f"; token recycling table carried over ({carried.known} tokens known)"
     # memory and recycled drafts priced by this machine's step curve (an empty memory drafts nothing)
     token_cost = stored_token_cost(model) if price_drafts and (answers or config.recycle) else None
     if answers:
@@ -179,7 +192,7 @@ def run_engine(
     t0 = clock.now()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
-        verifier=verifier, memory=answers, token_cost=token_cost,
+        verifier=verifier, memory=answers, token_cost=token_cost, recycled=recycled,
     )
     wall = clock.since(t0)
     if remember is not None:
@@ -189,14 +202,16 @@ def run_engine(
     return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note))
 
 
-def _open_memory(model: torch.nn.Module, mode: bool | str | AnswerMemory, workload: str | None):
-    """(AnswerMemory or None, what res.stats.memory says, a callable that remembers the answer or None)."""
+def _open_memory(model: torch.nn.Module, mode: bool | str | AnswerMemory, workload: str | None, *,
+                 recycle: bool = False):
+    """(AnswerMemory or None, what res.stats.memory says, a callable that remembers the answer or None,
+    the carried token recycling table or None). ``recycle``: the config recycles, so carry its table."""
     if isinstance(mode, AnswerMemory):
-        return mode, f"{len(mode)} answers ({mode.tokens} tokens), given by the caller, read only", None
+        return mode, f"{len(mode)} answers ({mode.tokens} tokens), given by the caller, read only", None, None
     if mode not in (True, False, "read"):
         raise ConfigError(f"memory must be True, False, 'read', an AnswerMemory or None (the default), got {mode!r}")
     if mode is False:
-        return None, "off", None
+        return None, "off", None, None
     from .memory import memory_bank, memory_path
     from .models import model_fingerprint
     from .profile_format import model_key
@@ -206,9 +221,10 @@ def _open_memory(model: torch.nn.Module, mode: bool | str | AnswerMemory, worklo
     cfg = getattr(model.config, "get_text_config", lambda: model.config)()
     bank = memory_bank(str(memory_path()))
     answers, note = bank.memory(model_key=key, workload=tag, vocab_size=int(getattr(cfg, "vocab_size", 0) or 1 << 31))
+    table = bank.recycled(model_key=key, workload=tag) if recycle else None
     if mode == "read":
-        return answers, note + ", read only", None
-    return answers, note, lambda new: bank.remember(model_key=key, workload=tag, tokens=list(new))
+        return answers, note + ", read only", None, None if table is None else table.copy()
+    return answers, note, lambda new: bank.remember(model_key=key, workload=tag, tokens=list(new)), table
 
 
 def _check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) -> torch.Tensor:

@@ -111,7 +111,8 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
 @click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts per set (0 = all)")
 @click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
 @click.option("--config", "-c", "configs", multiple=True, metavar="W,N,G[,LOOKUP]",
-              help="autolade setting to time (repeatable), e.g. 0,0,0,0 (greedy through the loop), 0,4,0,10 (prompt lookup only), 4,4,4,10,drafts=1; default: a small built-in set")
+              help="autolade setting to time (repeatable), e.g. 0,0,0,0 (greedy through the loop), 0,4,0,10 (prompt lookup only), 4,4,4,10,drafts=1, "
+                   "2,3,2,0,recycle=16,carry=1 (the token recycling table kept from prompt to prompt, as generate() keeps it with the memory on); default: a small built-in set")
 @click.option("--profile", "profiles", multiple=True, metavar="WORKLOAD",
               help="also time the stored profile for this workload (repeatable), e.g. --profile code --profile chat")
 @click.option("--heldout", is_flag=True, help="only the prompts `autolade tune` holds out (never tuned on)")

@@ -8,6 +8,11 @@ next time it reads. ``autolade memory clear`` deletes them; ``export``/``import`
 validated JSON (``autolade-memory`` v1), never pickles. A memory that cannot be read (locked or
 corrupt store, rows that are not token ids) is left untouched: decoding goes on without it and
 ``res.stats.memory`` says why.
+
+The bank also keeps, per (model, workload), the token recycling table (``NextTokenTable``: the
+model's own top-8 next tokens after each token, and how often each rank was right) from one
+generation to the next, so recycled drafts start from what earlier answers taught. It lives in
+the process only (a few MB, rebuilt by the first generations of a new process), never on disk.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .engine.memory import AnswerMemory, MemoryConfig
+from .engine.recycle import NextTokenTable
 from .errors import AutoladeError, ProfileError
 from .profile_format import autolade_version, now_iso
 
@@ -46,6 +52,7 @@ class MemoryBank:
         self.config = config or MemoryConfig()  # how drafts are matched and sized
         self.keep = keep  # answers kept on disk per key
         self._loaded: dict[tuple[str, str], _Loaded] = {}
+        self._recycled: dict[tuple[str, str], NextTokenTable] = {}  # token recycling tables, this process only
 
     def _store(self):
         return open_memory_store(self.path)
@@ -89,6 +96,12 @@ class MemoryBank:
             loaded.memory.add(tokens)
             loaded.last_id = new_id
         return None
+
+
+    def recycled(self, *, model_key: str, workload: str) -> NextTokenTable:
+        """This process's token recycling table for the model and workload (created empty on first use);
+        a generation that drafts from it also teaches it."""
+        return self._recycled.setdefault((model_key, workload), NextTokenTable())
 
 
 def memory_path() -> Path:

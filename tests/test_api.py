@@ -101,6 +101,47 @@ def test_no_settings_uses_default_and_says_so(llama):
     assert res.sequences[0, -8:].tolist() == hf_greedy(llama, repetitive_prompt(seed=2), 8)
 
 
+def test_the_memory_carries_the_token_recycling_table_from_call_to_call(llama):
+    """With the memory on, a recycling config drafts from the table earlier calls taught (per model and
+    workload, this process only); "read" uses a copy; off or a caller's table leaves the bank's alone."""
+    from autolade.engine.recycle import NextTokenTable
+    from autolade.memory import memory_bank, memory_path
+    from autolade.models import model_fingerprint
+    from autolade.profile_format import model_key
+
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)  # recycling is the only source
+    ids = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:30].add(3).unsqueeze(0)
+    ref = hf_greedy(llama, ids, 60)
+    off = generate(llama, ids, max_new_tokens=60, config=cfg, memory=False)
+    first = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True)
+    bank = memory_bank(str(memory_path())).recycled(model_key=model_key(model_fingerprint(llama)), workload="chat")
+    known, seen = bank.known, bank.hits.seen
+    second = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True)
+    for res in (off, first, second):
+        assert res.sequences[0, ids.shape[1] :].tolist() == ref
+    assert "token recycling" not in off.stats.memory
+    assert "token recycling table carried over (0 tokens known)" in first.stats.memory
+    assert f"token recycling table carried over ({known} tokens known)" in second.stats.memory and known > 30
+    assert first.stats.steps == off.stats.steps  # an empty table is a fresh one
+    assert second.stats.steps < first.stats.steps  # the first answer's predictions draft the second
+    assert bank.hits.seen > seen  # and the second call taught the bank's table
+    # "read": a copy drafts, the bank's table stays as it was
+    known, seen = bank.known, bank.hits.seen
+    read = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory="read")
+    assert read.stats.steps == second.stats.steps and (bank.known, bank.hits.seen) == (known, seen)
+    # another workload has its own table; a config that does not recycle carries none
+    code = generate(llama, ids, max_new_tokens=60, config=cfg, workload="code", memory=True)
+    assert "(0 tokens known)" in code.stats.memory
+    plain = generate(llama, ids, max_new_tokens=60, config=cfg.with_(recycle=0), workload="chat", memory=True)
+    assert "token recycling" not in plain.stats.memory and (bank.known, bank.hits.seen) == (known, seen)
+    # the caller's own table is drafted from and taught, the bank's left alone
+    mine = NextTokenTable()
+    generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True, recycled=mine)
+    assert mine.known > 30 and (bank.known, bank.hits.seen) == (known, seen)
+    with pytest.raises(ConfigError, match="NextTokenTable"):
+        generate(llama, ids, max_new_tokens=8, config=cfg, recycled={})
+
+
 def test_package_exports():
     assert autolade.generate is generate and autolade.LookaheadConfig is LookaheadConfig
 

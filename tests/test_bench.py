@@ -124,8 +124,8 @@ def test_divergence_records_reference_gap(model, monkeypatch):
     """A method that flips a token: index, tokens and the reference's top-2 gap are recorded."""
     real = bench_run._run_method
 
-    def flipped(mdl, method, ids, n, cost=None):
-        run = real(mdl, method, ids, n, cost)
+    def flipped(mdl, method, ids, n, cost=None, recycled=None):
+        run = real(mdl, method, ids, n, cost, recycled)
         if method.name == "al greedy":
             tokens = run.tokens[:3] + [(run.tokens[3] + 1) % 96] + run.tokens[4:]
             return dataclasses.replace(run, tokens=tokens)
@@ -230,6 +230,38 @@ def test_repeats_keep_the_fastest(model):
         assert len(r.times_s) == 3 and r.time_s == min(r.times_s)
     with pytest.raises(ConfigError, match="repeats"):
         run_benchmark(model=model, prompts=[repetitive_prompt()], configs={}, max_new_tokens=2, repeats=0)
+
+
+def test_a_carrying_method_keeps_its_recycling_table_from_prompt_to_prompt(model):
+    """carry: the second prompt (the first one again, under another id) drafts from the table the first
+    taught; repeats of a prompt all start from the same table; the fresh method never learns across prompts."""
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)  # recycling is the only source
+    toks = tuple(torch.randperm(90, generator=torch.Generator().manual_seed(5))[:30].add(3).tolist())
+    rep = run_benchmark(
+        model=model, prompts={"a": [BenchPrompt("p0", toks), BenchPrompt("p1", toks)], "b": [BenchPrompt("q0", toks)]},
+        configs={"fresh": cfg, "carried": {"config": cfg, "carry": True}}, baselines=("greedy",),
+        max_new_tokens=40, warmup=1, repeats=2,
+    )  # fmt: skip
+    steps = {(r.set, r.prompt, r.method): r.steps for r in rep.runs}
+    assert all(r.exact for r in rep.runs if r.method != HF_GREEDY)
+    assert steps[("a", "p0", "carried")] == steps[("a", "p0", "fresh")]  # the warm-up taught nothing
+    assert steps[("a", "p1", "fresh")] == steps[("a", "p0", "fresh")]
+    assert steps[("a", "p1", "carried")] < steps[("a", "p1", "fresh")] - 2  # p0's predictions draft p1
+    assert steps[("b", "q0", "carried")] == steps[("b", "q0", "fresh")]  # another set starts empty
+    assert rep.methods[2].spec()["carry"] is True and "carry" not in rep.methods[1].spec()
+    with pytest.raises(ConfigError, match="recycle > 0"):
+        run_benchmark(model=model, prompts=[repetitive_prompt()], configs={"x": {"config": CONFIGS["al lookup"], "carry": True}},
+                      max_new_tokens=2)
+
+
+def test_split_carry():
+    from autolade.bench.command import split_carry
+
+    assert split_carry("2,3,2,0,recycle=16,carry=1") == ("2,3,2,0,recycle=16", True)
+    assert split_carry("0,0,0,0,carry=false,recycle=8") == ("0,0,0,0,recycle=8", False)
+    assert split_carry("4,4,4,10") == ("4,4,4,10", False)
+    with pytest.raises(ConfigError, match="carry must be true or false"):
+        split_carry("0,0,0,0,recycle=8,carry=maybe")
 
 
 def test_time_budget_and_checkpoints(model):

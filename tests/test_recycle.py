@@ -33,6 +33,30 @@ def test_table_keeps_each_tokens_latest_top_k():
         NextTokenTable(k=0)
 
 
+def test_a_copy_is_independent_of_its_table():
+    table = NextTokenTable(k=2)
+    table.observe([5], logits_ranking(10, [3, 4])[None])
+    table.hits.record(0)
+    twin = table.copy()
+    assert twin.row(5).tolist() == [3, 4] and twin.known == table.known == 1
+    assert (twin.hits.hits, twin.hits.seen) == ([1.0, 0.0], 1.0)
+    twin.observe([5, 6], torch.stack([logits_ranking(10, [1, 2]), logits_ranking(10, [7, 8])]))
+    twin.hits.record(None)
+    assert table.row(5).tolist() == [3, 4] and table.known == 1  # the original kept its rows
+    assert (table.hits.hits, table.hits.seen) == ([1.0, 0.0], 1.0)  # and its rates
+    assert twin.known == 2 and twin.hits.seen == 2.0
+    assert NextTokenTable().known == 0
+
+
+def test_the_rank_rates_travel_with_the_table():
+    table = NextTokenTable(k=2)
+    table.observe([1], logits_ranking(10, [2, 3])[None])
+    first = RecycleSource(table)
+    first.get_candidates(plan=PLAN, last=1)
+    first.update(tokens=[3])  # the runner-up came next
+    assert RecycleSource(table).hits.seen == 1 and RecycleSource(table).hits.hits == [0.0, 1.0]
+
+
 def test_tree_is_grown_best_first_within_the_budget():
     table = NextTokenTable(k=3)
     table.observe([1, 2, 3], torch.stack([logits_ranking(10, [2, 5, 6]), logits_ranking(10, [3, 7, 8]),

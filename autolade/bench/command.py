@@ -14,6 +14,20 @@ from .report import BenchReport, Run, write_json
 from .run import config_label, default_configs, load_sets, run_benchmark
 
 
+def split_carry(spec: str) -> tuple[str, bool]:
+    """(the method spec without its ``carry=`` item, whether it carries its token recycling table)."""
+    kept, carry = [], False
+    for item in str(spec).split(","):
+        key, eq, value = item.partition("=")
+        if eq and key.strip() == "carry":
+            if value.strip().lower() not in ("0", "1", "true", "false"):
+                raise ConfigError(f"--config {spec!r}: carry must be true or false")
+            carry = value.strip().lower() in ("1", "true")
+        else:
+            kept.append(item)
+    return ",".join(kept), carry
+
+
 def bench_main(
     *,
     model: str = "smollm2-135m",
@@ -43,14 +57,15 @@ def bench_main(
         if threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    parsed = [parse_method(s) for s in configs] if configs or profiles else [(c, None) for c in default_configs().values()]
+    parsed = ([(*parse_method(spec), carry) for spec, carry in map(split_carry, configs)] if configs or profiles
+              else [(c, None, False) for c in default_configs().values()])
     named: dict[str, Any] = {}
-    for c, pol in parsed:
-        base = config_label(c, pol)
+    for c, pol, carry in parsed:
+        base = config_label(c, pol) + (" carried" if carry else "")
         label, n = base, 2
         while label in named:
             label, n = f"{base}#{n}", n + 1
-        named[label] = c if pol is None else (c, pol)
+        named[label] = {"config": c, "policy": pol, "carry": True} if carry else c if pol is None else (c, pol)
     prompt_sets = load_sets(sets.split(","), limit=prompts, heldout=heldout)
     lm, tok = load(model, dtype=dtype, device=device)
     say = progress or (lambda _msg: None)

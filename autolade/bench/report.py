@@ -38,6 +38,9 @@ class Method:
     # A policy name / preset / dict (autolade.policies.make_policy builds a fresh one per run), or a
     # factory called once per run: factory(config) or factory() -> Policy. None = static.
     policy: str | dict | Callable[..., Any] | None = None
+    # autolade, recycling: keep the token recycling table from prompt to prompt of a set, as generate()
+    # does with the memory on in a long-running process (False: a fresh table every run)
+    carry: bool = False
 
     def spec(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind}
@@ -49,6 +52,8 @@ class Method:
             out["policy"] = self.policy
         elif self.policy is not None:
             out["policy"] = getattr(self.policy, "__name__", type(self.policy).__name__)
+        if self.carry:
+            out["carry"] = True
         return out
 
     def make_policy(self, cost: Callable[[float], float] | None = None):

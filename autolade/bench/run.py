@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..config import LookaheadConfig, parse_config
+from ..engine.recycle import NextTokenTable
 from ..errors import ConfigError, InputError, WorkloadError
 from ..hardware import environment, load_average
 from ..harness import (
@@ -94,7 +95,9 @@ def _methods(configs: Mapping[str, Any], baselines: Sequence[str]) -> list[Metho
         elif isinstance(value, LookaheadConfig):
             method = Method(str(name), "autolade", value)
         elif isinstance(value, Mapping) and isinstance(value.get("config"), LookaheadConfig):
-            method = Method(str(name), "autolade", value["config"], value.get("policy"))
+            method = Method(str(name), "autolade", value["config"], value.get("policy"), bool(value.get("carry", False)))
+            if method.carry and not method.config.recycle:
+                raise ConfigError(f"config {name!r}: carry keeps the token recycling table; it needs recycle > 0")
         elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], LookaheadConfig):  # (config, policy)
             method = Method(str(name), "autolade", value[0], value[1])
         else:
@@ -187,6 +190,9 @@ def run_benchmark(
     | {"config", "policy"}}``; defaults to ``default_configs()``. ``repeats`` > 1 runs every
     method that many times per prompt (each round in its own rotated order) and keeps the
     fastest time: robust to a machine that other processes disturb now and then.
+    A method with ``carry`` (``{"config", "policy", "carry": True}``) keeps its token recycling table
+    from prompt to prompt of a set; every timed run of a prompt starts from the same table (the one the
+    earlier prompts left) and the warm-up runs from an empty one, so repeats do not learn their own prompt.
     ``max_seconds``: start no new prompt once this much wall time has passed (the report says
     so in ``settings["stopped_early"]``). ``on_prompt(report so far)`` after every prompt, e.g.
     to checkpoint the JSON so that a killed run still leaves its results.
@@ -215,6 +221,7 @@ def run_benchmark(
     runs: list[Run] = []
     warm: list[dict[str, Any]] = []
     sets: dict[str, list[str]] = {}
+    carried: dict[tuple[str, str], NextTokenTable] = {}  # (method, set) -> its token recycling table
     index = 0
     started = time.perf_counter()
     stopped_early: str | None = None
@@ -259,7 +266,8 @@ def run_benchmark(
                 if index == 0:
                     for _ in range(warmup):
                         for m in methods:
-                            done = _run_method(model, m, ids, max_new_tokens, cost)
+                            done = _run_method(model, m, ids, max_new_tokens, cost,
+                                               NextTokenTable() if m.carry else None)
                             warm.append({"method": m.name, "prompt": pid, "time_s": done.seconds,
                                          "new_tokens": len(done.tokens)})
                 loads.append(load_average())
@@ -268,11 +276,15 @@ def run_benchmark(
                 times: dict[str, list[float]] = {m.name: [] for m in methods}
                 shares: dict[str, float | None] = {}
                 threads = max(torch.get_num_threads(), 1)
+                before = {m.name: carried.get((m.name, set_name)) or NextTokenTable() for m in methods if m.carry}
                 for rnd in range(repeats):
                     for m in rotate(order, rnd):
+                        table = before[m.name].copy() if m.carry else None  # built before the clock starts
                         cpu0 = time.process_time()
-                        result = _run_method(model, m, ids, max_new_tokens, cost)
+                        result = _run_method(model, m, ids, max_new_tokens, cost, table)
                         cpu = time.process_time() - cpu0
+                        if table is not None and rnd == 0:
+                            carried[(m.name, set_name)] = table  # what the next prompt starts from
                         times[m.name].append(result.seconds)
                         if m.name not in outputs or result.seconds < outputs[m.name].seconds:
                             outputs[m.name] = result
@@ -294,11 +306,12 @@ def run_benchmark(
 
 
 def _run_method(model: torch.nn.Module, method: Method, ids: torch.Tensor, max_new_tokens: int,
-                cost: Callable[[float], float] | None = None) -> Timed:
-    """One timed run; HF methods count their forwards (``Timed.stats``: HFSteps), autolade returns its stats."""
+                cost: Callable[[float], float] | None = None, recycled: NextTokenTable | None = None) -> Timed:
+    """One timed run; HF methods count their forwards (``Timed.stats``: HFSteps), autolade returns its stats.
+    ``recycled``: the token recycling table a carrying method drafts from (and teaches)."""
     if method.kind == "autolade":
         return run_autolade(model, ids, max_new_tokens=max_new_tokens, config=method.config,
-                            policy=method.make_policy(cost))
+                            policy=method.make_policy(cost), recycled=recycled)
     run = run_pld if method.kind == HF_PLD else run_greedy
     return run(model, ids, max_new_tokens=max_new_tokens, count_steps=True)
 

@@ -31,14 +31,49 @@ from .steps import StepPlan
 EMPTY = -1  # a table row the model has not predicted yet
 
 
+class RankHits:
+    """How often the token that came next was at rank r of the row the drafts were grown from."""
+
+    PRIOR = (0.45, 0.12, 0.06, 0.04, 0.03, 0.02, 0.015, 0.01)  # starting guess per rank, learned away
+    WEIGHT = 20.0  # pseudo-observations behind the starting guess
+
+    def __init__(self, k: int) -> None:
+        self.prior = [self.PRIOR[r] if r < len(self.PRIOR) else self.PRIOR[-1] for r in range(k)]
+        self.hits = [0.0] * k
+        self.seen = 0.0
+
+    def rate(self, rank: int) -> float:
+        return (self.hits[rank] + self.WEIGHT * self.prior[rank]) / (self.seen + self.WEIGHT)
+
+    def record(self, rank: int | None) -> None:
+        self.seen += 1
+        if rank is not None:
+            self.hits[rank] += 1
+
+
 class NextTokenTable:
-    """Token id -> the model's top-``k`` next tokens after it, as last predicted (rank 0 first)."""
+    """Token id -> the model's top-``k`` next tokens after it, as last predicted (rank 0 first), and how
+    often the token that came next sat at each rank (``hits``): both are the model's, not one text's, so a
+    table carried from one generation to the next keeps what it learned."""
 
     def __init__(self, *, k: int = 8) -> None:
         if k < 1:
             raise ValueError(f"token recycling needs k >= 1 next tokens per token, got {k}")
         self.k = k
         self.rows = np.full((0, k), EMPTY, dtype=np.int64)  # [V, k]; grown to the vocabulary on first sight
+        self.hits = RankHits(k)  # rank hit rates, learned by RecycleSource.update
+
+    def copy(self) -> NextTokenTable:
+        """An independent copy: drafting from it and teaching it leave this table as it is."""
+        twin = NextTokenTable(k=self.k)
+        twin.rows = self.rows.copy()
+        twin.hits.hits, twin.hits.seen = list(self.hits.hits), self.hits.seen
+        return twin
+
+    @property
+    def known(self) -> int:
+        """How many tokens have a row (the model's predictions after them were seen)."""
+        return int((self.rows[:, 0] != EMPTY).sum()) if len(self.rows) else 0
 
     def _grow(self, vocab: int) -> None:
         if vocab > len(self.rows):
@@ -61,26 +96,6 @@ class NextTokenTable:
         return np.full(self.k, EMPTY, dtype=np.int64)
 
 
-class RankHits:
-    """How often the token that came next was at rank r of the row the drafts were grown from."""
-
-    PRIOR = (0.45, 0.12, 0.06, 0.04, 0.03, 0.02, 0.015, 0.01)  # starting guess per rank, learned away
-    WEIGHT = 20.0  # pseudo-observations behind the starting guess
-
-    def __init__(self, k: int) -> None:
-        self.prior = [self.PRIOR[r] if r < len(self.PRIOR) else self.PRIOR[-1] for r in range(k)]
-        self.hits = [0.0] * k
-        self.seen = 0.0
-
-    def rate(self, rank: int) -> float:
-        return (self.hits[rank] + self.WEIGHT * self.prior[rank]) / (self.seen + self.WEIGHT)
-
-    def record(self, rank: int | None) -> None:
-        self.seen += 1
-        if rank is not None:
-            self.hits[rank] += 1
-
-
 class RecycleSource:
     """Draft source over a ``NextTokenTable``: a best-first tree of ``plan.recycle`` nodes."""
 
@@ -89,7 +104,7 @@ class RecycleSource:
 
     def __init__(self, table: NextTokenTable | None = None, *, k: int = 8, token_cost: float | None = None) -> None:
         self.table = table if table is not None else NextTokenTable(k=k)
-        self.hits = RankHits(self.table.k)
+        self.hits = self.table.hits  # learned with the table, so a carried table keeps its rates
         self.price = StepPrice(token_cost)  # no curve: the plan's budget alone sizes the tree
         self._rows: dict[int, np.ndarray] = {}  # token -> the row drafted from this step (scored by update)
         self._last: int | None = None
