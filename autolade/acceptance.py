@@ -91,16 +91,17 @@ GREEDY_SETTING = Setting(label="greedy", config=GREEDY)
 
 
 # token recycling (counted at its full budget: the step curve's cut is the machine's, applied where it runs):
-# alone, on the CPU's best chat window, and on the paper's GPU setting
+# alone, on the CPU's best chat window, on the paper's GPU setting, and on the CPU default (scaled lookup)
 RECYCLE_SETTINGS = (
     Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)),
     Setting.of(LookaheadConfig(window=2, ngram=3, guesses=2, prompt_lookup=0, recycle=16)),
     Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15, recycle=32)),
+    Setting.of(SCALED_LOOKUP.with_(recycle=16)),
 )
 
 
 def default_grid() -> tuple[Setting, ...]:
-    """The candidates ``autolade accept`` measures: 39 settings, ~10 prompts x 128 tokens each is
+    """The candidates ``autolade accept`` measures: 40 settings, ~10 prompts x 128 tokens each is
     minutes on a CPU for SmolLM2-135M. Greedy; the scaled prompt lookup (the CPU default);
     unscaled prompt lookup, 1-3 drafts of 4/8/10 tokens; the ``lookup`` policy; pure Jacobi windows
     W in {1,2,4,7,10,15}, N in {2..5}, G in {0..W} (a spread, not the full product); and three
@@ -684,9 +685,9 @@ def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:
 
 
 def compact_grid() -> tuple[Setting, ...]:
-    """An 18-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
+    """A 19-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
     greedy, the prompt-lookup family, one window per size class up to the paper's W=15 N=5 G=15,
-    W7 N2 G7 alone and with scaled prompt lookup, and the three recycling settings."""
+    W7 N2 G7 alone and with scaled prompt lookup, and the four recycling settings."""
     labels = {s.label: s for s in default_grid()}
     keep = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP),
             Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=1)),

@@ -332,7 +332,7 @@ def test_an_interrupted_measurement_keeps_its_complete_rows():
 def test_compact_grid_is_a_subset_of_the_full_one():
     full = {s.label for s in default_grid()}
     compact = [s.label for s in compact_grid()]
-    assert len(compact) == len(set(compact)) == 18 and set(compact) <= full
+    assert len(compact) == len(set(compact)) == 19 and set(compact) <= full
 
 
 def test_measure_refuses_bad_arguments():
@@ -417,10 +417,10 @@ def test_cli_accept_run_again_on_a_replayed_table_measures_nothing_twice(tmp_pat
     table = read_acceptance_file(out)
     assert table.prompts == 3 and table.prompt_set == "mine tuning split[:1]; prompt lookup replayed on mine tuning split[:3]"
     engine = [r for r in table.rows if r.counted_by == "engine"]
-    assert len(engine) == 13 and all(table.row_prompts(r) == 1 for r in engine)  # 18 compact, 5 replayed
+    assert len(engine) == 14 and all(table.row_prompts(r) == 1 for r in engine)  # 19 compact, 5 replayed
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 0, again.output
-    assert again.output.count("measured before (resumed)") == 13 and "greedy output 1/3" in first.output
+    assert again.output.count("measured before (resumed)") == 14 and "greedy output 1/3" in first.output
     assert "greedy output 1/" not in again.output and "replayed on 3 prompts before: kept" in again.output
     assert read_acceptance_file(out) == table
 
