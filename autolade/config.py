@@ -136,6 +136,14 @@ def parse_config(spec: str) -> LookaheadConfig:
     return config
 
 
+def parse_flag(spec: str, key: str, value: str) -> bool:
+    """A ``key=value`` item of a method spec that is true or false (1/0 too); a ConfigError otherwise."""
+    value = value.strip().lower()
+    if value not in ("0", "1", "true", "false"):
+        raise ConfigError(f"--config {spec!r}: {key} must be true or false")
+    return value in ("1", "true")
+
+
 def parse_method(spec: str) -> tuple[LookaheadConfig, str | None]:
     """Like ``parse_config``, plus an optional ``policy=NAME`` item (a name or a preset in
     ``policies/``, e.g. ``4,4,4,10,policy=adaptive``): (config, policy name or None)."""
@@ -160,9 +168,7 @@ def parse_method(spec: str) -> tuple[LookaheadConfig, str | None]:
             policy = value
             continue
         if key in ("seed_pool_from_prompt", "prompt_lookup_scaled"):
-            if value.lower() not in ("0", "1", "true", "false"):
-                raise ConfigError(f"--config {spec!r}: {key} must be true or false")
-            kwargs[key] = value.lower() in ("1", "true")
+            kwargs[key] = parse_flag(spec, key, value)
             continue
         try:
             kwargs[key] = None if value.lower() == "none" else int(value)

@@ -97,7 +97,6 @@ class MemoryBank:
             loaded.last_id = new_id
         return None
 
-
     def recycled(self, *, model_key: str, workload: str) -> NextTokenTable:
         """This process's token recycling table for the model and workload (created empty on first use);
         a generation that drafts from it also teaches it."""

@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     from autolade.models import eos_ids
     from autolade.prompts import encode_prompt, load_workload, split_workload
 
-    configs = [parse_method(spec)[0] for spec in args.config or ["0,0,0,0,recycle=16"]]
+    specs = args.config or ["0,0,0,0,recycle=16"]
+    configs = [parse_method(spec)[0] for spec in specs]
     if not all(c.recycle for c in configs):
         raise SystemExit("every --config needs recycle=N (N > 0): without recycling there is no table to carry")
     curve = None
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     warm = [encode_prompt(tok, p.text, kind=kind) for p in tune[: args.warm]]
     results = {"model": args.model, "dtype": args.dtype, "set": args.set, "token_cost": token_cost,
                "curve": str(args.curve) if args.curve else None, "settings": {}}
-    for spec, config in zip(args.config or ["0,0,0,0,recycle=16"], configs):
+    for spec, config in zip(specs, configs):
         found = measure(model, encode, config, warm=warm, eos=eos_ids(model), max_new_tokens=args.max_new_tokens,
                         token_cost=token_cost, curve=curve)
         results["settings"][spec] = found

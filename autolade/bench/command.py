@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..config import parse_method
+from ..config import parse_flag, parse_method
 from ..errors import ConfigError
 from .render import divergences, fmt, format_table, out_path, write_report
 from .report import BenchReport, Run, write_json
@@ -20,9 +20,7 @@ def split_carry(spec: str) -> tuple[str, bool]:
     for item in str(spec).split(","):
         key, eq, value = item.partition("=")
         if eq and key.strip() == "carry":
-            if value.strip().lower() not in ("0", "1", "true", "false"):
-                raise ConfigError(f"--config {spec!r}: carry must be true or false")
-            carry = value.strip().lower() in ("1", "true")
+            carry = parse_flag(spec, "carry", value)
         else:
             kept.append(item)
     return ",".join(kept), carry

@@ -266,8 +266,7 @@ def run_benchmark(
                 if index == 0:
                     for _ in range(warmup):
                         for m in methods:
-                            done = _run_method(model, m, ids, max_new_tokens, cost,
-                                               NextTokenTable() if m.carry else None)
+                            done = _run_method(model, m, ids, max_new_tokens, cost)  # carrying or not: a fresh table
                             warm.append({"method": m.name, "prompt": pid, "time_s": done.seconds,
                                          "new_tokens": len(done.tokens)})
                 loads.append(load_average())
