@@ -44,13 +44,22 @@ _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 # --- settings ------------------------------------------------------------------------------
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One candidate: a LookaheadConfig plus the runtime policy that drives it."""
+    """One candidate: a LookaheadConfig plus the runtime policy that drives it, and for a recycling setting
+    the price its recycled drafts were cut at."""
 
     label: str  # short human name, unique within a table, e.g. "W4 N4 G4" or "lookup 16x3 scaled"
     config: LookaheadConfig  # the decoding settings
     policy: str = "static"  # "static" or "lookup" (TABULATED_POLICIES)
+    # one packed token's cost relative to a step that recycled drafts were priced at (``generate(price_drafts=)``):
+    # a machine with that step curve packs what this row counted; None = not priced (the full ``recycle`` budget)
+    token_cost: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.label, str) or not self.label.strip() or len(self.label) > 80:
@@ -63,15 +72,32 @@ class Setting:
                 f"{', '.join(TABULATED_POLICIES)} plan from acceptance alone (adaptive and cost-aware read "
                 "step times or c(k), so what they accept depends on the hardware)"
             )
+        if self.token_cost is not None:
+            if not _is_number(self.token_cost) or not 0.0 <= self.token_cost <= 1.0:
+                raise ProfileError(f"setting {self.label!r}: token_cost must be a number in [0, 1] or absent, "
+                                   f"got {self.token_cost!r}")
+            if not self.config.recycle:
+                raise ProfileError(f"setting {self.label!r}: token_cost prices recycled drafts, and this setting "
+                                   "recycles none (recycle = 0): drop token_cost")
 
     @property
     def greedy(self) -> bool:
         return self.config.greedy_only
 
+    @property
+    def price(self) -> float:
+        """The price the row was counted at: 0 when not priced (a zero price cuts nothing)."""
+        return self.token_cost or 0.0
+
+    @property
+    def unpriced(self) -> Setting:
+        """What runs: the same config and policy, labelled without the price."""
+        return self if self.token_cost is None else Setting.of(self.config, policy=self.policy)
+
     @classmethod
-    def of(cls, config: LookaheadConfig, *, policy: str = "static") -> Setting:
-        """A Setting labelled from its config, e.g. "W4 N4 G4 + lookup 10x2", "W2 N3 G2 + recycle 16" or "policy
-        lookup: lookup 10x2"."""
+    def of(cls, config: LookaheadConfig, *, policy: str = "static", token_cost: float | None = None) -> Setting:
+        """A Setting labelled from its config, e.g. "W4 N4 G4 + lookup 10x2", "W2 N3 G2 + recycle 16",
+        "recycle 16, priced 0.025" or "policy lookup: lookup 10x2"."""
         parts = []
         if config.lookahead:
             parts.append(f"W{config.window} N{config.ngram} G{config.guesses}")
@@ -81,33 +107,41 @@ class Setting:
         if config.recycle:
             parts.append(f"recycle {config.recycle}")
         label = " + ".join(parts) or "greedy"
-        return cls(label=label if policy == "static" else f"policy {policy}: {label}", config=config, policy=policy)
+        label = label if policy == "static" else f"policy {policy}: {label}"
+        if token_cost is not None:
+            label += f", priced {token_cost:g}"
+        return cls(label=label, config=config, policy=policy, token_cost=token_cost)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "settings": self.config.to_dict(), "policy": self.policy}
+        return {"label": self.label, "settings": self.config.to_dict(), "policy": self.policy} | (
+            {"token_cost": self.token_cost} if self.token_cost is not None else {})
 
 
 GREEDY_SETTING = Setting(label="greedy", config=GREEDY)
 
 
-# token recycling (counted at its full budget: the step curve's cut is the machine's, applied where it runs):
-# alone, on the CPU's best chat window, on the paper's GPU setting, and on the CPU default (scaled lookup)
-RECYCLE_SETTINGS = (
-    Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)),
-    Setting.of(LookaheadConfig(window=2, ngram=3, guesses=2, prompt_lookup=0, recycle=16)),
-    Setting.of(LookaheadConfig(window=15, ngram=5, guesses=15, recycle=32)),
-    Setting.of(SCALED_LOOKUP.with_(recycle=16)),
+# token recycling: alone, on the CPU's best chat window, on the paper's GPU setting, and on the CPU default (scaled
+# lookup); each at its full budget (what a machine without a stored curve packs) and cut at each of PRICES
+RECYCLE_CONFIGS = (
+    LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16),
+    LookaheadConfig(window=2, ngram=3, guesses=2, prompt_lookup=0, recycle=16),
+    LookaheadConfig(window=15, ngram=5, guesses=15, recycle=32),
+    SCALED_LOOKUP.with_(recycle=16),
 )
+# the packed-token prices recycling is counted at: a GPU's ~0.001 reads the unpriced row and 0.01; 2-core CPUs
+# measured 0.027 (SmolLM2) to 0.035 (Qwen2.5 1.5B); prediction interpolates between the two nearest
+PRICES = (0.01, 0.025, 0.05)
+RECYCLE_SETTINGS = tuple(Setting.of(c, token_cost=p) for c in RECYCLE_CONFIGS for p in (None, *PRICES))
 
 
 def default_grid() -> tuple[Setting, ...]:
-    """The candidates ``autolade accept`` measures: 40 settings, ~10 prompts x 128 tokens each is
+    """The candidates ``autolade accept`` measures: 52 settings, ~10 prompts x 128 tokens each is
     minutes on a CPU for SmolLM2-135M. Greedy; the scaled prompt lookup (the CPU default);
     unscaled prompt lookup, 1-3 drafts of 4/8/10 tokens; the ``lookup`` policy; pure Jacobi windows
     W in {1,2,4,7,10,15}, N in {2..5}, G in {0..W} (a spread, not the full product); and three
     windows with prompt lookup: W4 N4 G4, W7 N2 G7 (one-token guesses: the cheapest window per
     guess, the best timed setting on Qwen2.5-Coder 1.5B on a 2-core CPU) and the paper's GPU setting; and
-    ``RECYCLE_SETTINGS``."""
+    ``RECYCLE_SETTINGS`` (four recycling settings, unpriced and at each of ``PRICES``)."""
     grid = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP)]
     for drafts in (1, 2, 3):
         for length in (4, 8, 10):
@@ -503,7 +537,8 @@ def _row_from_dict(data: Any, index: int) -> AcceptanceRow:
         raise ProfileError(f"{where}.packed_hist: keys must be integer packed sizes, got {sorted(hist_raw)}") from None
     number = (int, float)
     return AcceptanceRow(
-        setting=Setting(label=label, config=config, policy=_get(data, "policy", str, where=where, required=False) or "static"),
+        setting=Setting(label=label, config=config, policy=_get(data, "policy", str, where=where, required=False) or "static",
+                        token_cost=_get(data, "token_cost", number, where=where, required=False)),
         tokens_per_step_mean=float(_get(tps, "mean", number, where=f"{where}.tokens_per_step")),
         tokens_per_step_sd=float(_get(tps, "sd", number, where=f"{where}.tokens_per_step")),
         packed_per_step_mean=float(_get(pps, "mean", number, where=f"{where}.packed_per_step")),
@@ -520,10 +555,6 @@ def _row_from_dict(data: Any, index: int) -> AcceptanceRow:
     )
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 # --- measuring -----------------------------------------------------------------------------
 
 
@@ -538,8 +569,9 @@ def measure_row(model: Any, prompts: Sequence[Any], setting: Setting, *, max_new
     for ids in prompts:
         ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, dtype=torch.long)
         ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
+        price = False if setting.token_cost is None else setting.token_cost  # counts of the setting alone, at its price
         res = generate(model, ids, max_new_tokens=max_new_tokens, config=setting.config, policy=setting.policy,
-                       memory=False, price_drafts=False)  # counts of the setting alone, on no machine's curve
+                       memory=False, price_drafts=price)
         runs.append((ids.shape[1], res.stats))
     return row_from_runs(setting, runs)
 
@@ -685,9 +717,9 @@ def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:
 
 
 def compact_grid() -> tuple[Setting, ...]:
-    """A 19-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
+    """A 31-setting subset of ``default_grid()`` for a quick table (``autolade accept --grid compact``):
     greedy, the prompt-lookup family, one window per size class up to the paper's W=15 N=5 G=15,
-    W7 N2 G7 alone and with scaled prompt lookup, and the four recycling settings."""
+    W7 N2 G7 alone and with scaled prompt lookup, and the four recycling settings at each price."""
     labels = {s.label: s for s in default_grid()}
     keep = [GREEDY_SETTING, Setting.of(SCALED_LOOKUP),
             Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=1)),

@@ -44,6 +44,7 @@ class GenerateStats:
     per_step: dict[str, list] = field(repr=False, default_factory=dict)  # window, guesses, packed, accepted, source, step_ms
     accepted_by: dict[str, int] = field(default_factory=dict)  # draft tokens accepted per source: lookup, memory, pool
     memory: str = "off"  # the n-gram memory: "off", or what it held ("N answers (T tokens, workload)")
+    draft_price: float | None = None  # one packed memory/recycled token's cost relative to a step, as priced; None: not priced
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -97,7 +98,7 @@ def generate(
     repetition_penalty: float | None = None,
     seed: int | None = None,
     memory: bool | str | AnswerMemory | None = None,
-    price_drafts: bool = True,
+    price_drafts: bool | float = True,
     recycled: NextTokenTable | None = None,
     **unsupported: Any,
 ) -> GenerateResult:
@@ -128,7 +129,9 @@ def generate(
 
     ``price_drafts``: memory and recycled drafts are packed only where this machine's stored step curve
     says they pay (``StepCurve.token_cost``); False: recycled drafts fill the config's ``recycle`` budget
-    whatever the machine (what ``autolade accept`` counts, so that a table travels).
+    whatever the machine; a number in [0, 1]: that cost of one packed token relative to a step, instead of
+    the stored curve's (what ``autolade accept`` counts a recycling setting at, once per price, so that a
+    table travels to machines of any price). ``res.stats.draft_price`` says which price was used.
     """
     reject_unsupported(unsupported)
     ids = _check_input(model, input_ids, max_new_tokens)
@@ -162,7 +165,7 @@ def run_engine(
     on_tokens: Callable[[list[int]], None] | None,
     verifier: Any,
     memory: bool | str | AnswerMemory | None = None,
-    price_drafts: bool = True,
+    price_drafts: bool | float = True,
     recycled: NextTokenTable | None = None,
 ) -> GenerateResult:
     """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
@@ -182,8 +185,8 @@ def run_engine(
     recycled = recycled if recycled is not None else carried
     if carried is not None:
         memory_note += f"; token recycling table carried over ({carried.known} tokens known)"
-    # memory and recycled drafts priced by this machine's step curve (an empty memory drafts nothing)
-    token_cost = stored_token_cost(model) if price_drafts and (answers or config.recycle) else None
+    # memory and recycled drafts priced by this machine's step curve, or at the caller's price (an empty memory drafts nothing)
+    token_cost = _draft_price(model, price_drafts, drafts=bool(answers or config.recycle))
     if answers:
         memory_note += (f"; drafts priced by the step curve (a packed token costs {token_cost:.3f} of a step)"
                         if token_cost is not None else
@@ -199,7 +202,18 @@ def run_engine(
         memory_note += "" if (why := remember(new)) is None else f"; {why}"
     seq = torch.cat([ids, torch.tensor([new], dtype=ids.dtype, device=ids.device)], dim=1)
     stats = _stats(log, len(new), wall, config, source, policy)
-    return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note))
+    return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note, draft_price=token_cost))
+
+
+def _draft_price(model: torch.nn.Module, price_drafts: bool | float, *, drafts: bool) -> float | None:
+    """One packed draft token's cost relative to a step: the stored curve's (True), none (False), or the given
+    number; None when nothing is priced (``drafts``: the memory or recycling drafts this call)."""
+    if isinstance(price_drafts, bool):
+        return stored_token_cost(model) if price_drafts and drafts else None
+    if not isinstance(price_drafts, (int, float)) or not 0.0 <= price_drafts <= 1.0:
+        raise ConfigError(f"price_drafts must be True (this machine's step curve), False (no price) or a number in "
+                          f"[0, 1] (one packed token's cost relative to a step), got {price_drafts!r}")
+    return float(price_drafts) if drafts else None
 
 
 def _open_memory(model: torch.nn.Module, mode: bool | str | AnswerMemory, workload: str | None, *,

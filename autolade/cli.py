@@ -462,7 +462,7 @@ def tune(model, dtype, workload, trials, budget, storage, study_name, max_new_to
 @click.option("--prompts", "-p", "n_prompts", type=int, default=10, show_default=True, help="prompts measured per setting")
 @click.option("--max-new-tokens", "-n", type=int, default=128, show_default=True)
 @click.option("--grid", type=click.Choice(["full", "compact", "lookup"]), default="full", show_default=True,
-              help="candidate settings: full (40), compact (19) or lookup (greedy and static prompt lookup: replay alone counts them)")
+              help="candidate settings: full (52), compact (31) or lookup (greedy and static prompt lookup: replay alone counts them)")
 @click.option("--replay-prompts", type=int, default=0, show_default=True, metavar="M",
               help="also count the prompt-lookup settings on M prompts by replaying one greedy run each (cheap)")
 @click.option("--traces", type=click.Path(dir_okay=False, exists=True), default=None,

@@ -147,6 +147,6 @@ def covered(table: AcceptanceTable, config: Any, policy: dict | None) -> Setting
         return None  # lookup with its own parameters: not the tabulated default
     for row in table.rows:
         if row.setting.config == config and row.setting.policy == name:
-            return row.setting
+            return row.setting.unpriced  # what runs; a recycling setting's rows at each price are read together
     return None
 

@@ -330,13 +330,13 @@ def prune_reason(cand: Candidate, table, curve, *, floor: float = HOPELESS) -> s
     prices it below ``floor`` x greedy. None when it may win or the table does not cover it."""
     if table is None or curve is None or cand.config.greedy_only:
         return None
-    from .predict import predict_row
+    from .predict import predict_setting
     from .tables import covered
 
     setting = covered(table, cand.config, cand.policy)
     if setting is None:
         return None
-    p = predict_row(table.row(setting.label), curve, context=table.context_median)
+    p = predict_setting(table, setting, curve)
     if p.speedup >= floor:
         return None
     return (f"acceptance table predicts {p.speedup:.2f}x greedy (< {floor:g}): {p.tokens_per_step:.2f} tokens/step "
@@ -360,12 +360,17 @@ def record_trial(store, model, tokenizer, runs: Sequence[tuple[int, Any]], cand:
     ``res.stats`` per prompt; no extra run) and add it to the store's acceptance table for this model,
     workload and dtype as a new row (a table is started if none exists; a setting the table has already
     measured is kept as it was). Returns the table's store id, or None when skipped."""
-    from .acceptance import empty_table, model_tokenizer_fingerprints, row_from_runs
+    from .acceptance import Setting, empty_table, model_tokenizer_fingerprints, row_from_runs
     from .models import model_fingerprint
 
     setting = tabulated_setting(cand)
-    if store is None or setting is None:
+    if store is None or setting is None or not runs:
         return None
+    prices = {getattr(st, "draft_price", None) for _, st in runs}
+    if setting.config.recycle and prices != {None}:  # its recycled drafts were cut at this machine's price: say so
+        if len(prices) > 1:
+            return None
+        setting = Setting.of(setting.config, policy=setting.policy, token_cost=round(prices.pop(), 4))
     fp = model_fingerprint(model)
     table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=model_tokenizer_fingerprints(model, tokenizer),
                                   workload=workload, dtype=fp["dtype"])

@@ -15,6 +15,7 @@ from autolade import api
 from autolade.acceptance import (
     FORMAT,
     GREEDY_SETTING,
+    PRICES,
     AcceptanceRow,
     AcceptanceTable,
     Setting,
@@ -72,10 +73,29 @@ def test_setting_labels_and_policies():
             Setting(label="x", config=SCALED_LOOKUP, policy=timed)
 
 
+def test_a_recycling_setting_carries_the_price_it_was_counted_at():
+    recycle = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
+    priced = Setting.of(recycle, token_cost=0.025)
+    assert priced.label == "recycle 16, priced 0.025" and priced.price == 0.025
+    assert priced.unpriced == Setting.of(recycle) and Setting.of(recycle).price == 0.0
+    assert priced.to_dict()["token_cost"] == 0.025 and "token_cost" not in Setting.of(recycle).to_dict()
+    for bad in (-0.01, 1.5, math.nan, "0.1", True):
+        with pytest.raises(ProfileError, match="token_cost must be a number"):
+            Setting(label="x", config=recycle, token_cost=bad)
+    with pytest.raises(ProfileError, match="recycles none"):
+        Setting.of(SCALED_LOOKUP, token_cost=0.01)  # nothing to price: a second row of the same setting
+
+
 def test_default_grid_is_small_unique_and_covers_the_families():
     grid = default_grid()
-    assert 25 <= len(grid) <= 40
+    assert 25 <= len(grid) <= 60
     assert len({s.label for s in grid}) == len(grid)
+    # every recycling config is counted unpriced and at each price; nothing else carries a price
+    priced = [s for s in grid if s.token_cost is not None]
+    assert {s.token_cost for s in priced} == set(PRICES)
+    assert all(s.config.recycle for s in priced)
+    for s in (s for s in grid if s.config.recycle):
+        assert {t.token_cost for t in grid if t.config == s.config} == {None, *PRICES}
     configs = [s.config for s in grid]
     assert GREEDY in configs and SCALED_LOOKUP in configs
     assert any(s.policy == "lookup" for s in grid)
@@ -154,6 +174,21 @@ def test_json_round_trip(tmp_path):
     path = write_acceptance_file(t, tmp_path / "shared" / "t.json")
     assert read_acceptance_file(path) == t
     assert not list(path.parent.glob(".*.tmp"))  # the temporary file was renamed into place
+
+
+def test_a_priced_row_round_trips_and_a_bad_price_in_a_file_is_refused():
+    recycle = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
+    t = table(rows=(row(GREEDY_SETTING, hist={1: 100}, tokens=100), row(Setting.of(recycle)),
+                    row(Setting.of(recycle, token_cost=0.05))))
+    back = AcceptanceTable.from_json(t.to_json())
+    assert back == t and back.rows[2].setting.token_cost == 0.05
+    data = json.loads(t.to_json())
+    data["rows"][2]["token_cost"] = "cheap"
+    with pytest.raises(ProfileError, match="token_cost' must be number"):
+        AcceptanceTable.from_json(json.dumps(data))
+    data["rows"][2]["token_cost"] = 2
+    with pytest.raises(ProfileError, match="token_cost must be a number in"):
+        AcceptanceTable.from_json(json.dumps(data))
 
 
 @pytest.mark.parametrize(
@@ -304,6 +339,19 @@ def test_measure_counts_match_the_engine_stats():
     assert AcceptanceTable.from_json(t.to_json()) == t
 
 
+def test_a_priced_row_counts_what_a_machine_of_that_price_packs():
+    model = tiny_llama()
+    prompts = [repetitive_prompt(seed=1), repetitive_prompt(seed=2, length=30)]
+    recycle = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
+    settings = (Setting.of(recycle), Setting.of(recycle, token_cost=0.5))
+    t = measure_acceptance(model, prompts, settings, max_new_tokens=24, workload="chat")
+    full, dear = (t.row(s.label) for s in settings)
+    stats = [api.generate(model, p, max_new_tokens=24, config=recycle, memory=False, price_drafts=0.5).stats for p in prompts]
+    assert dear.steps == sum(s.steps for s in stats) and dear.packed_hist == {
+        k: sum(s.per_step["packed"].count(k) for s in stats) for k in {k for s in stats for k in s.per_step["packed"]}}
+    assert dear.packed_mean < full.packed_mean  # the price cut the recycled tree
+
+
 def test_an_interrupted_measurement_keeps_its_complete_rows():
     saved = []
 
@@ -332,7 +380,7 @@ def test_an_interrupted_measurement_keeps_its_complete_rows():
 def test_compact_grid_is_a_subset_of_the_full_one():
     full = {s.label for s in default_grid()}
     compact = [s.label for s in compact_grid()]
-    assert len(compact) == len(set(compact)) == 19 and set(compact) <= full
+    assert len(compact) == len(set(compact)) == 31 and set(compact) <= full
 
 
 def test_measure_refuses_bad_arguments():
@@ -417,10 +465,10 @@ def test_cli_accept_run_again_on_a_replayed_table_measures_nothing_twice(tmp_pat
     table = read_acceptance_file(out)
     assert table.prompts == 3 and table.prompt_set == "mine tuning split[:1]; prompt lookup replayed on mine tuning split[:3]"
     engine = [r for r in table.rows if r.counted_by == "engine"]
-    assert len(engine) == 14 and all(table.row_prompts(r) == 1 for r in engine)  # 19 compact, 5 replayed
+    assert len(engine) == 26 and all(table.row_prompts(r) == 1 for r in engine)  # 31 compact, 5 replayed
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 0, again.output
-    assert again.output.count("measured before (resumed)") == 14 and "greedy output 1/3" in first.output
+    assert again.output.count("measured before (resumed)") == 26 and "greedy output 1/3" in first.output
     assert "greedy output 1/" not in again.output and "replayed on 3 prompts before: kept" in again.output
     assert read_acceptance_file(out) == table
 

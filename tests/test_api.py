@@ -142,6 +142,28 @@ def test_the_memory_carries_the_token_recycling_table_from_call_to_call(llama):
         generate(llama, ids, max_new_tokens=8, config=cfg, recycled={})
 
 
+def test_price_drafts_takes_a_price_of_a_packed_token_and_says_which_it_used(llama):
+    """A number prices recycled drafts as a machine whose packed token costs that much of a step would
+    (what ``autolade accept`` counts a table's priced rows at); the output stays greedy's."""
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
+    ids = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:30].add(3).unsqueeze(0)
+    ref = hf_greedy(llama, ids, 60)
+    unpriced, free, dear = (generate(llama, ids, max_new_tokens=60, config=cfg, memory=False, price_drafts=price)
+                            for price in (False, 0.0, 0.5))
+    for res in (unpriced, free, dear):
+        assert res.sequences[0, ids.shape[1] :].tolist() == ref
+    assert (unpriced.stats.draft_price, free.stats.draft_price, dear.stats.draft_price) == (None, 0.0, 0.5)
+    assert free.stats.per_step["packed"] == unpriced.stats.per_step["packed"]  # a zero price cuts nothing
+    # no recycled node is 50% sure at first: the dear price packs less
+    assert sum(dear.stats.per_step["packed"]) < sum(free.stats.per_step["packed"])
+    # without recycling or a memory nothing is priced, whatever the number
+    plain = generate(llama, ids, max_new_tokens=8, config=cfg.with_(recycle=0), memory=False, price_drafts=0.3)
+    assert plain.stats.draft_price is None
+    for bad in (-0.1, 1.5, float("nan"), "0.1", None):
+        with pytest.raises(ConfigError, match="price_drafts"):
+            generate(llama, ids, max_new_tokens=8, config=cfg, memory=False, price_drafts=bad)
+
+
 def test_package_exports():
     assert autolade.generate is generate and autolade.LookaheadConfig is LookaheadConfig
 

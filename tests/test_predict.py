@@ -140,3 +140,59 @@ def test_the_builtin_default_is_displaced_only_by_a_clear_margin():
     # a GPU curve has no tabulated incumbent (its default is adaptive)
     gpu = StepCurve(points=steep.points, device="cuda:0")
     assert choose(table(GREEDY_ROW, base, close), gpu).setting == LOOKUP
+
+
+RECYCLE = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
+
+
+def priced_rows() -> tuple[AcceptanceRow, ...]:
+    """One recycling config counted unpriced (packs 17, 3 tokens/step) and cut at two prices (the dearer, the less packed)."""
+    return (row(Setting.of(RECYCLE), {17: 100}, 300), row(Setting.of(RECYCLE, token_cost=0.01), {9: 100}, 200),
+            row(Setting.of(RECYCLE, token_cost=0.05), {3: 100}, 150))
+
+
+def test_a_recycling_setting_is_read_at_the_curves_price_between_the_counted_ones():
+    line = {1: 10.0, 64: 10.0 + 63 * 0.3}  # c(k) = 10 + 0.3 (k - 1): a packed token costs 0.03 of a step
+    c = curve(line)
+    assert c.token_cost() == pytest.approx(0.03)
+    full, cheap, dear = priced_rows()
+    (p,) = [x for x in predict(table(GREEDY_ROW, *priced_rows()), c) if x.setting.config == RECYCLE]
+    assert p.setting == Setting.of(RECYCLE) and p.price == pytest.approx(0.03)  # what runs: the unpriced label
+    # halfway from 0.01 to 0.05: the mean of the two rows' predictions, not the unpriced row's optimism
+    a = 2.0 * 10.0 / (10.0 + 0.3 * 8)
+    b = 1.5 * 10.0 / (10.0 + 0.3 * 2)
+    assert p.speedup == pytest.approx((a + b) / 2)
+    assert p.tokens_per_step == pytest.approx(1.75) and p.packed_per_step == pytest.approx(6.0)
+    unpriced = 3.0 * 10.0 / (10.0 + 0.3 * 16)
+    assert unpriced > p.speedup  # the full-budget count would have over-predicted it
+    assert "read at 0.030" in format_predictions([p])
+
+
+def test_prices_near_zero_read_the_unpriced_row_and_past_the_last_the_dearest():
+    flat = curve(FLAT)  # ~0.0016 per token: between the unpriced row (price 0) and 0.01, nearer the unpriced one
+    (p,) = [x for x in predict(table(*priced_rows()), flat) if x.setting.config == RECYCLE]
+    assert p.tokens_per_step == pytest.approx(3.0 - (3.0 - 2.0) * flat.token_cost() / 0.01) and p.tokens_per_step > 2.5
+    steep = curve({1: 10.0, 64: 10.0 + 63 * 2.0})  # 0.2 per token: past the dearest price counted
+    (q,) = [x for x in predict(table(*priced_rows()), steep) if x.setting.config == RECYCLE]
+    assert q.tokens_per_step == pytest.approx(1.5) and q.packed_per_step == pytest.approx(3.0)
+
+
+def test_an_unpriced_recycling_row_alone_is_predicted_as_counted_and_flagged():
+    (p,) = [x for x in predict(table(priced_rows()[0]), curve(STEEP)) if x.setting.config == RECYCLE]
+    assert p.price is None and p.tokens_per_step == pytest.approx(3.0)
+    assert "counted unpriced" in format_predictions([p])
+
+
+def test_choose_and_predict_setting_see_the_priced_prediction():
+    from autolade.predict import predict_setting
+
+    c = curve({1: 10.0, 64: 10.0 + 63 * 0.3})
+    t = table(GREEDY_ROW, LOOKUP_ROW, *priced_rows())
+    p = predict_setting(t, Setting.of(RECYCLE), c)
+    assert p.price == pytest.approx(0.03) and p.setting == Setting.of(RECYCLE)
+    # unpriced, recycling (3 tokens for 17 packed) would beat lookup; priced, lookup wins
+    lookup = next(x for x in predict(t, c) if x.setting == LOOKUP)
+    assert 3.0 * 10.0 / (10.0 + 0.3 * 16) > lookup.speedup > p.speedup
+    assert choose(t, c).setting == LOOKUP
+    with pytest.raises(ProfileError, match="no row"):
+        predict_setting(t, WINDOW, c)

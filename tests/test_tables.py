@@ -230,6 +230,39 @@ def test_record_trial_adds_a_row_to_the_store_table():
     assert first is not None and [r.setting for r in table.rows] == [WINDOW, LOOKUP] and table.rows[0].steps >= 1
 
 
+def test_a_recycling_trial_is_recorded_at_the_price_its_drafts_were_cut_at():
+    """The tuner's timed runs price recycled drafts by this machine's curve: the row says which price, so it
+    is read beside the table's rows at other prices, never as the full-budget count."""
+    import torch
+    from tiny import tiny_llama
+
+    from autolade.acceptance import model_tokenizer_fingerprint
+    from autolade.api import generate
+    from autolade.models import model_fingerprint
+    from autolade.predict import predict_setting
+    from autolade.tune import record_trial
+
+    model = tiny_llama()
+    prompt = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])
+    config = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
+    cand = Candidate(config, None)
+
+    def runs(price):
+        return [(prompt.shape[1], generate(model, prompt, max_new_tokens=8, config=config, memory=False,
+                                           price_drafts=price).stats)]
+
+    with ProfileStore() as store:
+        record_trial(store, model, None, runs(0.03), cand, workload="chat", max_new_tokens=8)
+        assert record_trial(store, model, None, runs(0.03) + runs(0.05), cand, workload="chat", max_new_tokens=8) is None
+        record_trial(store, model, None, runs(False), cand, workload="chat", max_new_tokens=8)
+        fp = model_fingerprint(model)
+        table = store.find_acceptance(model_fingerprint=fp, tokenizer_fingerprint=model_tokenizer_fingerprint(model),
+                                      workload="chat", dtype=fp["dtype"])
+    assert [r.setting for r in table.rows] == [Setting.of(config, token_cost=0.03), Setting.of(config)]
+    assert covered(table, config, None) == Setting.of(config)
+    assert predict_setting(table, Setting.of(config), STEEP).price == STEEP.token_cost()
+
+
 def test_a_tuned_profile_beats_a_predicted_one_on_the_same_hardware_and_a_predicted_one_beats_the_class():
     from autolade.profile_format import Profile
 
