@@ -74,7 +74,7 @@ def predict_priced(rows: list[AcceptanceRow], curve: StepCurve, *, context: int)
     """One setting from its rows (one config and policy, each counted at its own ``token_cost``): a lone
     row as counted; priced rows read at this curve's price of a packed token, linearly between the two
     nearest counted prices (an unpriced row counts as price 0; past the last price, the last row)."""
-    setting = rows[0].setting.unpriced
+    setting = next((r.setting for r in rows if r.setting.token_cost is None), rows[0].setting.unpriced)  # what runs
     if not any(r.setting.token_cost is not None for r in rows):
         return replace(predict_row(rows[0], curve, context=context), setting=setting)
     price = curve.token_cost()
