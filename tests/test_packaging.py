@@ -77,7 +77,8 @@ def test_wheel_ships_presets_and_profiles(tmp_path):
     assert Path(got["policies"]).resolve().is_relative_to(installed) and got["policies"].endswith("_shipped/policies")
     assert Path(got["profiles"]).resolve().is_relative_to(installed) and got["profiles"].endswith("_shipped/profiles")
     assert got["source"] == "file:profiles/cpu-amd-epyc-2t-smollm2-135m-bf16-chat.json:nearest-hardware"
-    assert got["settings_window"] == 6  # that shipped profile's W
+    shipped = json.loads((ROOT / "profiles" / "cpu-amd-epyc-2t-smollm2-135m-bf16-chat.json").read_text())
+    assert got["settings_window"] == shipped["settings"]["window"]  # the wheel's copy of that shipped profile
     assert got["policy"] == "AdaptivePolicy" and got["new_tokens"] == 8
     # the custom_generate/ folder ships too: model.generate(custom_generate=autolade.hf.folder()) runs from the wheel
     assert Path(got["folder"]).resolve().is_relative_to(installed) and got["folder"].endswith("_shipped")
