@@ -123,9 +123,9 @@ def generate(
     when sampling (a sample's random draws follow the drafts, so a seed would not repeat a sample once
     the memory grew). Greedy output is the same either way; sampled output keeps its distribution.
     With the memory on, a config with ``recycle`` > 0 also carries its token recycling table (the model's
-    top-8 next tokens after each token, see ``autolade.engine.recycle``) from one call to the next in this
-    process, per model and workload (``"read"``: a copy, left as it was); otherwise each call starts a
-    fresh one. ``recycled``: the caller's own ``NextTokenTable``, drafted from and taught by this call.
+    top-8 next tokens after each token, see ``autolade.engine.recycle``) from one call to the next, per
+    model and workload, saved beside the memory so that the next process starts from it (``"read"``: a
+    copy, neither changed nor saved); otherwise each call starts a fresh one. ``recycled``: the caller's own ``NextTokenTable``, drafted from and taught by this call.
 
     ``price_drafts``: memory and recycled drafts are packed only where this machine's stored step curve
     says they pay (``StepCurve.token_cost``); False: recycled drafts fill the config's ``recycle`` budget
@@ -180,11 +180,12 @@ def run_engine(
         memory = False if isinstance(verifier, SamplingVerifier) else MEMORY_DEFAULT
     if recycled is not None and not isinstance(recycled, NextTokenTable):
         raise ConfigError(f"recycled must be an autolade.engine.recycle.NextTokenTable or None, got {type(recycled).__name__}")
-    answers, memory_note, remember, carried = _open_memory(
-        model, memory, workload, recycle=config.recycle > 0 and recycled is None)
+    opened = _open_memory(model, memory, workload, recycle=config.recycle > 0 and recycled is None)
+    answers, memory_note, remember, carried = opened.answers, opened.note, opened.remember, opened.table
     recycled = recycled if recycled is not None else carried
     if carried is not None:
-        memory_note += f"; token recycling table carried over ({carried.known} tokens known)"
+        known = f"{carried.known} tokens known" + (f", {opened.table_note}" if opened.table_note else "")
+        memory_note += f"; token recycling table carried over ({known})"
     # memory and recycled drafts priced by this machine's step curve, or at the caller's price (an empty memory drafts nothing)
     token_cost = _draft_price(model, price_drafts, drafts=bool(answers or config.recycle))
     if answers:
@@ -216,16 +217,26 @@ def _draft_price(model: torch.nn.Module, price_drafts: bool | float, *, drafts: 
     return float(price_drafts) if drafts else None
 
 
+@dataclass(frozen=True)
+class _Opened:
+    """What ``_open_memory`` found for one call."""
+
+    answers: AnswerMemory | None  # the memory to draft from; None: off
+    note: str  # what res.stats.memory says
+    remember: Callable[[list[int]], str | None] | None = None  # saves the answer and the carried table; None: read only
+    table: NextTokenTable | None = None  # the carried token recycling table
+    table_note: str = ""  # what reading that table said
+
+
 def _open_memory(model: torch.nn.Module, mode: bool | str | AnswerMemory, workload: str | None, *,
-                 recycle: bool = False):
-    """(AnswerMemory or None, what res.stats.memory says, a callable that remembers the answer or None,
-    the carried token recycling table or None). ``recycle``: the config recycles, so carry its table."""
+                 recycle: bool = False) -> _Opened:
+    """The memory ``mode`` asks for (``generate(memory=)``); ``recycle``: the config recycles, so carry its table."""
     if isinstance(mode, AnswerMemory):
-        return mode, f"{len(mode)} answers ({mode.tokens} tokens), given by the caller, read only", None, None
+        return _Opened(mode, f"{len(mode)} answers ({mode.tokens} tokens), given by the caller, read only")
     if mode not in (True, False, "read"):
         raise ConfigError(f"memory must be True, False, 'read', an AnswerMemory or None (the default), got {mode!r}")
     if mode is False:
-        return None, "off", None, None
+        return _Opened(None, "off")
     from .memory import memory_bank, memory_path
     from .models import model_fingerprint
     from .profile_format import model_key
@@ -233,12 +244,19 @@ def _open_memory(model: torch.nn.Module, mode: bool | str | AnswerMemory, worklo
     key = model_key(model_fingerprint(model))
     tag = workload_tag(workload) if workload else "general"
     cfg = getattr(model.config, "get_text_config", lambda: model.config)()
+    vocab = int(getattr(cfg, "vocab_size", 0) or 1 << 31)
     bank = memory_bank(str(memory_path()))
-    answers, note = bank.memory(model_key=key, workload=tag, vocab_size=int(getattr(cfg, "vocab_size", 0) or 1 << 31))
-    table = bank.recycled(model_key=key, workload=tag) if recycle else None
+    answers, note = bank.memory(model_key=key, workload=tag, vocab_size=vocab)
+    table, table_note = bank.recycled(model_key=key, workload=tag, vocab_size=vocab) if recycle else (None, "")
     if mode == "read":
-        return answers, note + ", read only", None, None if table is None else table.copy()
-    return answers, note, lambda new: bank.remember(model_key=key, workload=tag, tokens=list(new)), table
+        return _Opened(answers, note + ", read only", None, None if table is None else table.copy(), table_note)
+
+    def remember(new: list[int]) -> str | None:  # the answer, then the table it taught (saved for the next run)
+        why = [bank.remember(model_key=key, workload=tag, tokens=list(new)),
+               bank.save_recycled(model_key=key, workload=tag, vocab_size=vocab) if table is not None else None]
+        return "; ".join(w for w in why if w) or None
+
+    return _Opened(answers, note, remember, table, table_note)
 
 
 def _check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) -> torch.Tensor:

@@ -18,18 +18,22 @@ def memory_group() -> None:
 @clean_errors
 def memory_list():
     """Where the memory lives and what it holds, per model and workload."""
-    from .memory import open_memory_store, summary
+    from .memory import open_memory_store, recycling_summary, summary
 
     with open_memory_store() as store:
-        rows = summary(store)
+        rows, tables = summary(store), recycling_summary(store)
         click.echo(f"memory in {store.path} (token ids of earlier answers; `autolade memory clear` deletes them)")
     if not rows:
         click.echo("nothing remembered")
-        return
-    click.echo(f"{'model':<40} {'workload':<10} {'answers':>7} {'tokens':>8}  first .. last")
-    for r in rows:
-        click.echo(f"{r['model'][:40]:<40} {r['workload'][:10]:<10} {r['answers']:>7} {r['tokens'] or 0:>8}  "
-                   f"{r['first'][:10]} .. {r['last'][:10]}")
+    else:
+        click.echo(f"{'model':<40} {'workload':<10} {'answers':>7} {'tokens':>8}  first .. last")
+        for r in rows:
+            click.echo(f"{r['model'][:40]:<40} {r['workload'][:10]:<10} {r['answers']:>7} {r['tokens'] or 0:>8}  "
+                       f"{r['first'][:10]} .. {r['last'][:10]}")
+    if tables:
+        click.echo("token recycling tables (the model's own next-token predictions, drafted from by configs with recycle > 0):")
+        for r in tables:
+            click.echo(f"{r['model'][:40]:<40} {r['workload'][:10]:<10} {r['known'] or 0:>7} tokens known, saved {(r['updated'] or '')[:10]}")
 
 
 @memory_group.command("clear")
@@ -50,9 +54,10 @@ def memory_clear(model, workload, yes):
             click.echo(f"nothing remembered for model {model!r}")
             return
         if not yes:
-            click.confirm(f"delete the remembered answers of {what} from {store.path}?", abort=True)
+            click.confirm(f"delete the remembered answers and token recycling tables of {what} from {store.path}?",
+                          abort=True)
         n = sum(clear(store, model_key=k, workload=tag) for k in keys)
-    click.echo(f"deleted {n} remembered answers ({what})")
+    click.echo(f"deleted {n} remembered answers and their token recycling tables ({what})")
 
 
 @memory_group.command("export")

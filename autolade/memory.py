@@ -11,17 +11,26 @@ corrupt store, rows that are not token ids) is left untouched: decoding goes on 
 
 The bank also keeps, per (model, workload), the token recycling table (``NextTokenTable``: the
 model's own top-8 next tokens after each token, and how often each rank was right) from one
-generation to the next, so recycled drafts start from what earlier answers taught. It lives in
-the process only (a few MB, rebuilt by the first generations of a new process), never on disk.
+generation to the next, so recycled drafts start from what earlier answers taught. It is read from
+the ``recycling`` table of the same file on first use in a process and saved after every answer
+the bank remembers (only the tokens that have a row: int32 ids, zlib-compressed, tens of KB), so a
+one-shot ``autolade generate`` drafts from what earlier runs taught. It is a cache of the model's
+own predictions: processes that write it at once keep the last writer's table (nothing of the
+answers is lost), and a saved table that fails its checks (another vocabulary, ids out of range,
+a damaged blob) is not used, the reason in ``res.stats.memory``; the next save replaces it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import math
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .engine.memory import AnswerMemory, MemoryConfig
 from .engine.recycle import NextTokenTable
@@ -97,10 +106,44 @@ class MemoryBank:
             loaded.last_id = new_id
         return None
 
-    def recycled(self, *, model_key: str, workload: str) -> NextTokenTable:
-        """This process's token recycling table for the model and workload (created empty on first use);
-        a generation that drafts from it also teaches it."""
-        return self._recycled.setdefault((model_key, workload), NextTokenTable())
+    def recycled(self, *, model_key: str, workload: str, vocab_size: int) -> tuple[NextTokenTable, str]:
+        """(this process's token recycling table for the model and workload, what happened): read from the
+        store on first use (empty if none is saved or the saved one fails its checks: the note says why);
+        a generation that drafts from it also teaches it, and ``save_recycled`` writes it back."""
+        key = (model_key, workload)
+        if key in self._recycled:
+            return self._recycled[key], ""
+        table, note = NextTokenTable(), ""
+        try:
+            with self._store() as store:
+                rows = list(store.db.query("select * from recycling where model_fingerprint = ? and workload = ?",
+                                           [model_key, workload]))
+        except AutoladeError as exc:
+            note = f"the saved token recycling table could not be read ({exc}): starting from an empty one"
+            rows = []
+        if rows:
+            try:
+                table = decode_recycling(rows[0], vocab_size=vocab_size)
+                note = f"{table.known} of them saved by earlier runs"
+            except ProfileError as exc:
+                note = (f"the saved token recycling table is not used ({exc}); starting from an empty one, "
+                        f"which replaces it (`autolade memory clear --workload {workload}` deletes it)")
+        self._recycled[key] = table
+        return table, note
+
+    def save_recycled(self, *, model_key: str, workload: str, vocab_size: int) -> str | None:
+        """Write this process's table for the key to the store (replacing the saved one); the reason if not."""
+        table = self._recycled.get((model_key, workload))
+        if table is None or not table.known:
+            return None
+        row = encode_recycling(table, vocab_size=vocab_size)
+        try:
+            with self._store() as store, store._errors("save the token recycling table to"), store._write():
+                store.db["recycling"].upsert({"model_fingerprint": model_key, "workload": workload, **row},
+                                             pk=("model_fingerprint", "workload"))
+        except AutoladeError as exc:
+            return f"the token recycling table was not saved ({exc})"
+        return None
 
 
 def memory_path() -> Path:
@@ -133,6 +176,57 @@ def _tokens(text: Any, vocab_size: int) -> list[int] | None:
     return tokens
 
 
+# --- the store's recycling table ---------------------------------------------------------------
+
+MAX_K = 64  # next tokens per token a saved table may keep
+
+
+def encode_recycling(table: NextTokenTable, *, vocab_size: int) -> dict[str, Any]:
+    """The ``recycling`` row of ``table`` (its known tokens only; next tokens past ``vocab_size`` dropped)."""
+    ids, rows = table.known_rows()  # [n], [n, k]
+    keep = (ids < vocab_size) & (rows[:, 0] < vocab_size)  # a row whose top token is past the vocabulary: dropped
+    ids, rows = ids[keep], np.where(rows < vocab_size, rows, -1)[keep]
+    packed = np.concatenate([ids[:, None], rows], axis=1).astype("<i4")  # [n, 1 + k]
+    return {"k": table.k, "vocab_size": int(vocab_size), "known": int(len(ids)),
+            "rows": zlib.compress(packed.tobytes(), 1),
+            "hits": json.dumps({"hits": list(table.hits.hits), "seen": table.hits.seen}),
+            "updated": now_iso(), "autolade_version": autolade_version()}
+
+
+def decode_recycling(row: dict[str, Any], *, vocab_size: int) -> NextTokenTable:
+    """The table a ``recycling`` row holds, checked field by field; ProfileError naming what is wrong."""
+    k, vocab, blob = row.get("k"), row.get("vocab_size"), row.get("rows")
+    if type(k) is not int or not 1 <= k <= MAX_K:
+        raise ProfileError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
+    if vocab != vocab_size:
+        raise ProfileError(f"it was saved for a vocabulary of {vocab!r} ids, this model has {vocab_size}")
+    if not isinstance(blob, bytes):
+        raise ProfileError("its rows are not a blob")
+    width, limit = 4 * (1 + k), 4 * (1 + k) * vocab_size  # bytes per row, at most one row per id
+    try:
+        raw = zlib.decompressobj().decompress(blob, limit + 1)
+    except zlib.error as exc:
+        raise ProfileError(f"its rows do not decompress ({exc})") from None
+    if len(raw) > limit or len(raw) % width:
+        raise ProfileError(f"its rows hold {len(raw)} bytes, not whole rows of {width} for at most {vocab_size} ids")
+    packed = np.frombuffer(raw, dtype="<i4").reshape(-1, 1 + k).astype(np.int64)  # [n, 1 + k]
+    ids, nexts = packed[:, 0], packed[:, 1:]
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size or len(np.unique(ids)) != len(ids)):
+        raise ProfileError(f"its token ids are not distinct ids in [0, {vocab_size})")
+    if nexts.size and (nexts.min() < -1 or nexts.max() >= vocab_size or (nexts[:, 0] == -1).any()):
+        raise ProfileError(f"its next tokens are not ids in [0, {vocab_size}) (or -1 after the first)")
+    try:
+        rates = json.loads(row.get("hits") or "")
+        hits, seen = rates["hits"], rates["seen"]
+    except (TypeError, ValueError, KeyError):
+        raise ProfileError("its rank hits are not {\"hits\": [...], \"seen\": n} JSON") from None
+    finite = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    if not finite(seen) or seen < 0 or not isinstance(hits, list) or len(hits) != k \
+            or not all(finite(h) and 0 <= h <= seen for h in hits):
+        raise ProfileError(f"its rank hits must be {k} counts between 0 and seen ({seen!r})")
+    return NextTokenTable.from_known(ids, nexts, vocab=vocab_size, hits=hits, seen=seen)
+
+
 # --- the store's memory table ------------------------------------------------------------------
 
 
@@ -161,12 +255,21 @@ def summary(store: Any) -> list[dict[str, Any]]:
             "order by model_fingerprint, workload"))
 
 
+def recycling_summary(store: Any) -> list[dict[str, Any]]:
+    """One line per saved token recycling table: model, workload, tokens known, last saved."""
+    with store._errors("read"):
+        return list(store.db.query(
+            "select model_fingerprint as model, workload, known, updated from recycling order by model_fingerprint, workload"))
+
+
 def clear(store: Any, *, model_key: str | None = None, workload: str | None = None) -> int:
-    """Delete the remembered answers (of one model and/or workload); returns how many."""
+    """Delete the remembered answers (of one model and/or workload) and their saved token recycling
+    tables; returns how many answers."""
     where, args = _where(model_key, workload)
     with store._errors("clear the memory in"), store._write():
         n = next(iter(store.db.query(f"select count(*) as n from memory{where}", args)))["n"]
         store.db.execute(f"delete from memory{where}", args)
+        store.db.execute(f"delete from recycling{where}", args)
     return n
 
 
@@ -243,5 +346,5 @@ def import_memory(path: str | Path, store: Any, *, model_key: str | None = None,
 
 def matching_keys(store: Any, model: str | None) -> list[str]:
     """Stored model keys that ``model`` names: a full ``name:config_hash`` or just the name (None: all)."""
-    keys = [r["model"] for r in summary(store)]
+    keys = [r["model"] for r in summary(store) + recycling_summary(store)]
     return sorted({k for k in keys if model is None or k == model or k.split(":", 1)[0] == model})

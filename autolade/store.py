@@ -156,6 +156,24 @@ def _m0005_memory(db: sqlite_utils.Database) -> None:
     db["memory"].create_index(["model_fingerprint", "workload", "id"], index_name="idx_memory_key")
 
 
+def _m0006_recycling(db: sqlite_utils.Database) -> None:
+    db["recycling"].create(
+        {
+            "model_fingerprint": str,  # name:config_hash
+            "workload": str,
+            "k": int,  # next tokens kept per token
+            "vocab_size": int,  # the model's vocabulary: every id below it
+            "known": int,  # tokens with a row
+            "rows": bytes,  # zlib of little-endian int32 [known, 1 + k]: a token id, then its k next tokens (-1: none)
+            "hits": str,  # JSON {"hits": [k numbers], "seen": number}: how often the next token sat at each rank
+            "updated": str,
+            "autolade_version": str,
+        },
+        pk=("model_fingerprint", "workload"),
+        not_null={"model_fingerprint", "workload", "k", "vocab_size", "rows", "hits"},
+    )
+
+
 Migration = tuple[str, Callable[[sqlite_utils.Database], None]]
 MIGRATIONS: tuple[Migration, ...] = (
     ("0001_profiles", _m0001_profiles),
@@ -163,6 +181,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ("0003_indexes", _m0003_indexes),
     ("0004_acceptance", _m0004_acceptance),
     ("0005_memory", _m0005_memory),
+    ("0006_recycling", _m0006_recycling),
 )
 
 

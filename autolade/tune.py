@@ -547,7 +547,8 @@ def _stored_memory(model, tag: str, log: Callable[[str], None]) -> AnswerMemory 
     opens it), or None (said why)."""
     from .api import _open_memory
 
-    mem, note, _, _ = _open_memory(model, "read", tag)
+    opened = _open_memory(model, "read", tag)
+    mem, note = opened.answers, opened.note
     if mem is None or len(mem) == 0:
         log(f"memory: {note if mem is None else 'empty'}; trials run without it "
             "(greedy `autolade generate` runs fill it, or `autolade memory import FILE`)")

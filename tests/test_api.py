@@ -114,7 +114,8 @@ def test_the_memory_carries_the_token_recycling_table_from_call_to_call(llama):
     ref = hf_greedy(llama, ids, 60)
     off = generate(llama, ids, max_new_tokens=60, config=cfg, memory=False)
     first = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True)
-    bank = memory_bank(str(memory_path())).recycled(model_key=model_key(model_fingerprint(llama)), workload="chat")
+    bank, _ = memory_bank(str(memory_path())).recycled(model_key=model_key(model_fingerprint(llama)), workload="chat",
+                                                       vocab_size=llama.config.vocab_size)
     known, seen = bank.known, bank.hits.seen
     second = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True)
     for res in (off, first, second):
@@ -138,6 +139,34 @@ def test_the_memory_carries_the_token_recycling_table_from_call_to_call(llama):
     mine = NextTokenTable()
     generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True, recycled=mine)
     assert mine.known > 30 and (bank.known, bank.hits.seen) == (known, seen)
+
+
+def test_the_next_process_drafts_from_the_saved_recycling_table(llama):
+    """The table is saved beside the memory after each remembered answer: a new process (a new bank on the
+    same file) starts from it, as a one-shot `autolade generate` does; "read" reads it and saves nothing."""
+    from autolade.memory import memory_bank, open_memory_store, recycling_summary
+
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
+    ids = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:30].add(3).unsqueeze(0)
+    ref = hf_greedy(llama, ids, 60)
+    first = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True)
+    with open_memory_store() as store:
+        (saved,) = recycling_summary(store)
+    assert saved["workload"] == "chat" and saved["known"] > 30
+    memory_bank.cache_clear()  # what a new process sees
+    read = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory="read")
+    assert f"({saved['known']} tokens known, {saved['known']} of them saved by earlier runs)" in read.stats.memory
+    assert read.stats.steps < first.stats.steps
+    with open_memory_store() as store:
+        assert recycling_summary(store) == [saved]  # read only: nothing saved
+    memory_bank.cache_clear()
+    second = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True)
+    assert second.stats.steps == read.stats.steps
+    for res in (first, read, second):
+        assert res.sequences[0, ids.shape[1] :].tolist() == ref
+    with open_memory_store() as store:
+        (after,) = recycling_summary(store)
+    assert after["known"] >= saved["known"] and after["updated"] >= saved["updated"]
     with pytest.raises(ConfigError, match="NextTokenTable"):
         generate(llama, ids, max_new_tokens=8, config=cfg, recycled={})
 

@@ -44,6 +44,26 @@ def test_export_then_clear_then_import_restores_it(tmp_path):
         assert {r["workload"]: r["answers"] for r in summary(store)} == {"chat": 1, "code": 2}
 
 
+def test_list_shows_the_saved_recycling_tables_and_clear_deletes_them():
+    import torch
+
+    from autolade.memory import MemoryBank, memory_path, recycling_summary
+
+    _seed()
+    bank = MemoryBank(memory_path())
+    table, _ = bank.recycled(model_key=KEY, workload="code", vocab_size=50)
+    table.observe([1, 2, 3], torch.randn(3, 50, generator=torch.Generator().manual_seed(0)))
+    assert bank.save_recycled(model_key=KEY, workload="code", vocab_size=50) is None
+    runner = CliRunner()
+    out = runner.invoke(cli, ["memory", "list"]).output
+    assert "token recycling tables" in out and "3 tokens known" in out
+    res = runner.invoke(cli, ["memory", "clear", "--model", "tiny-llama", "--workload", "code", "--yes"])
+    assert res.exit_code == 0 and "deleted 2 remembered answers and their token recycling tables" in res.output
+    with open_memory_store() as store:
+        assert recycling_summary(store) == [] and [r["workload"] for r in summary(store)] == ["chat"]
+    assert "token recycling tables" not in runner.invoke(cli, ["memory", "list"]).output
+
+
 def test_clear_asks_first_and_keeps_everything_on_no():
     _seed()
     res = CliRunner().invoke(cli, ["memory", "clear"], input="n\n")

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import zlib
 
+import numpy as np
 import pytest
+import torch
 
 from autolade.errors import ProfileError
-from autolade.memory import MemoryBank, add_answers, clear, export_memory, import_memory, read_memory_file, summary
+from autolade.memory import (
+    MemoryBank,
+    add_answers,
+    clear,
+    decode_recycling,
+    encode_recycling,
+    export_memory,
+    import_memory,
+    read_memory_file,
+    recycling_summary,
+    summary,
+)
 from autolade.store import ProfileStore
 
 MODEL = "tiny:abc123"
@@ -148,3 +162,109 @@ def test_a_memory_of_another_model_or_tokenizer_is_refused(tmp_path):
         with pytest.raises(ProfileError, match="another tokenizer"):
             import_memory(f, store, vocab_size=100)
         assert summary(store) == []
+
+
+# --- the token recycling table, saved beside the answers -------------------------------------------
+
+
+def _teach(table, vocab=100, seed=0):
+    """Packs 12 tokens and their [12, vocab] logits into ``table``, and records a few rank hits."""
+    g = torch.Generator().manual_seed(seed)
+    table.observe(torch.randperm(vocab, generator=g)[:12].tolist(), torch.randn(12, vocab, generator=g))
+    for rank in (0, 0, 2, None):
+        table.hits.record(rank)
+
+
+def test_a_saved_recycling_table_is_what_the_next_process_starts_from(tmp_path):
+    db = tmp_path / "a.db"
+    one = MemoryBank(db)
+    table, note = one.recycled(model_key=MODEL, workload="chat", vocab_size=100)
+    assert table.known == 0 and note == ""  # nothing saved yet
+    assert one.save_recycled(model_key=MODEL, workload="chat", vocab_size=100) is None  # empty: nothing written
+    with ProfileStore(db) as store:
+        assert recycling_summary(store) == []
+    _teach(table)
+    assert one.save_recycled(model_key=MODEL, workload="chat", vocab_size=100) is None
+    again, note = MemoryBank(db).recycled(model_key=MODEL, workload="chat", vocab_size=100)
+    assert note == "12 of them saved by earlier runs" and again.known == 12
+    assert np.array_equal(again.rows, table.rows) and again.k == table.k
+    assert again.hits.hits == table.hits.hits and again.hits.seen == table.hits.seen == 4
+    assert MemoryBank(db).recycled(model_key=MODEL, workload="code", vocab_size=100)[0].known == 0  # its own key
+    assert one.recycled(model_key=MODEL, workload="chat", vocab_size=100) == (table, "")  # read once per process
+    with ProfileStore(db) as store:
+        (row,) = recycling_summary(store)
+        assert (row["model"], row["workload"], row["known"]) == (MODEL, "chat", 12)
+        assert clear(store, workload="chat") == 0 and recycling_summary(store) == []  # cleared with the answers
+
+
+def test_next_tokens_past_the_vocabulary_are_not_saved():
+    from autolade.engine.recycle import NextTokenTable
+
+    table = NextTokenTable(k=2)
+    logits = torch.zeros(2, 120)
+    logits[0, 110], logits[0, 5] = 2.0, 1.0  # token 7: top 110 (past a 100-id vocabulary), then 5
+    logits[1, 6], logits[1, 105] = 2.0, 1.0  # token 8: top 6, then 105
+    table.observe([7, 8], logits)
+    back = decode_recycling(encode_recycling(table, vocab_size=100), vocab_size=100)
+    assert back.known == 1 and back.row(8).tolist() == [6, -1] and back.row(7).tolist() == [-1, -1]
+
+
+def _blob(rows):
+    return zlib.compress(np.array(rows, dtype="<i4").tobytes())
+
+
+def _saved_row(**changes):
+    from autolade.engine.recycle import NextTokenTable
+
+    table = NextTokenTable()
+    _teach(table)
+    return {**encode_recycling(table, vocab_size=100), **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"vocab_size": 50}, "vocabulary of 50 ids"),
+        ({"k": 0}, "k must be"),
+        ({"rows": b"not zlib at all"}, "do not decompress"),
+        ({"rows": "text"}, "not a blob"),
+        ({"rows": zlib.compress(b"\x01\x00\x00")}, "not whole rows"),
+        ({"rows": _blob([[150] + [1] * 8])}, "token ids"),
+        ({"rows": _blob([[3] + [1] * 8, [3] + [2] * 8])}, "token ids"),  # one id twice
+        ({"rows": _blob([[3, -1] + [1] * 7])}, "next tokens"),
+        ({"rows": _blob([[3, 400] + [1] * 7])}, "next tokens"),
+        ({"rows": zlib.compress(bytes(4 * 9 * 101))}, "not whole rows"),  # more rows than ids
+        ({"hits": "{broken"}, "rank hits"),
+        ({"hits": '{"hits": [1, 2], "seen": 4}'}, "8 counts"),
+        ({"hits": '{"hits": [9, 0, 0, 0, 0, 0, 0, 0], "seen": 4}'}, "8 counts"),
+        ({"hits": '{"hits": [1, 0, 0, 0, 0, 0, 0, 0], "seen": NaN}'}, "8 counts"),
+    ],
+)
+def test_a_damaged_or_foreign_saved_table_is_refused_by_field(changes, message):
+    with pytest.raises(ProfileError, match=message):
+        decode_recycling(_saved_row(**changes), vocab_size=100)
+
+
+def test_a_bad_saved_table_is_not_used_and_the_next_save_replaces_it(tmp_path):
+    db = tmp_path / "a.db"
+    with ProfileStore(db) as store:
+        store.db["recycling"].insert({"model_fingerprint": MODEL, "workload": "chat",
+                                      **_saved_row(rows=b"damaged")})
+    bank = MemoryBank(db)
+    table, note = bank.recycled(model_key=MODEL, workload="chat", vocab_size=100)
+    assert table.known == 0 and "not used (its rows do not decompress" in note and "autolade memory clear" in note
+    _teach(table, seed=3)
+    assert bank.save_recycled(model_key=MODEL, workload="chat", vocab_size=100) is None
+    assert MemoryBank(db).recycled(model_key=MODEL, workload="chat", vocab_size=100)[0].known == 12
+
+
+def test_an_unreadable_store_leaves_the_recycling_table_in_the_process(tmp_path):
+    bad = tmp_path / "autolade.db"
+    bad.write_bytes(b"this is not sqlite at all" * 10)
+    bank = MemoryBank(bad)
+    table, note = bank.recycled(model_key=MODEL, workload="chat", vocab_size=100)
+    assert table.known == 0 and "could not be read" in note
+    _teach(table)
+    assert "not saved" in bank.save_recycled(model_key=MODEL, workload="chat", vocab_size=100)
+    assert bank.recycled(model_key=MODEL, workload="chat", vocab_size=100)[0] is table  # still taught in the process
+    assert bad.read_bytes() == b"this is not sqlite at all" * 10

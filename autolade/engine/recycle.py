@@ -75,6 +75,24 @@ class NextTokenTable:
         """How many tokens have a row (the model's predictions after them were seen)."""
         return int((self.rows[:, 0] != EMPTY).sum()) if len(self.rows) else 0
 
+    def known_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids [n], rows [n, k]) of the tokens that have a row: all a saved table needs to keep."""
+        if not len(self.rows):
+            return np.zeros(0, dtype=np.int64), np.zeros((0, self.k), dtype=np.int64)
+        ids = np.flatnonzero(self.rows[:, 0] != EMPTY)  # [n]
+        return ids, self.rows[ids]  # [n], [n, k]
+
+    @classmethod
+    def from_known(cls, ids: np.ndarray, rows: np.ndarray, *, vocab: int, hits: Sequence[float],
+                   seen: float) -> NextTokenTable:
+        """The table ``known_rows`` and ``hits`` describe, over a vocabulary of ``vocab`` ids (checked by the
+        caller: ids in [0, vocab), rows [n, k] of ids or EMPTY, ``hits`` k counts of at most ``seen``)."""
+        table = cls(k=int(rows.shape[1]))
+        table._grow(vocab)
+        table.rows[np.asarray(ids, dtype=np.int64)] = rows
+        table.hits.hits, table.hits.seen = [float(h) for h in hits], float(seen)
+        return table
+
     def _grow(self, vocab: int) -> None:
         if vocab > len(self.rows):
             grown = np.full((vocab, self.k), EMPTY, dtype=np.int64)
