@@ -18,7 +18,7 @@ from .errors import ConfigError, InputError
 from .models import eos_ids
 from .policies import Policy, make_policy, needs_cost
 from .prompts import workload_tag
-from .settings import resolve_settings, stored_cost, stored_token_cost
+from .settings import resolve_settings, stored_cost, stored_pads_single, stored_token_cost
 
 MEMORY_DEFAULT: bool | str = True  # generate(memory=None): see BENCHMARKS.md "N-gram memory" for the measurements behind it
 
@@ -45,6 +45,7 @@ class GenerateStats:
     accepted_by: dict[str, int] = field(default_factory=dict)  # draft tokens accepted per source: lookup, memory, pool
     memory: str = "off"  # the n-gram memory: "off", or what it held ("N answers (T tokens, workload)")
     draft_price: float | None = None  # one packed memory/recycled token's cost relative to a step, as priced; None: not priced
+    padded: bool = False  # steps with nothing to draft packed a filler draft (generate(pad_single=))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,6 +59,7 @@ class GenerateStats:
             f"lookup={self.settings['prompt_lookup']} ({self.settings_source}), policy {self.policy}; "
             f"memory: {self.memory}" + (f" ({self.accepted_by.get('memory', 0)} draft tokens accepted from it)"
                                          if self.memory != "off" else "")
+            + ("; lone steps padded with a filler draft (a two-token step costs less than one here)" if self.padded else "")
         )
 
 
@@ -100,6 +102,7 @@ def generate(
     memory: bool | str | AnswerMemory | None = None,
     price_drafts: bool | float = True,
     recycled: NextTokenTable | None = None,
+    pad_single: bool | None = None,
     **unsupported: Any,
 ) -> GenerateResult:
     """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
@@ -132,6 +135,13 @@ def generate(
     whatever the machine; a number in [0, 1]: that cost of one packed token relative to a step, instead of
     the stored curve's (what ``autolade accept`` counts a recycling setting at, once per price, so that a
     table travels to machines of any price). ``res.stats.draft_price`` says which price was used.
+
+    ``pad_single``: a step with nothing to draft packs one filler draft (what followed the last token
+    before, else the context's most frequent token), because a two-token step costs less than a
+    one-token one on this machine; None (the default): where this machine's stored step curve says so
+    (``StepCurve.pads_single``: c(2) < c(1), measured for the 1.5B Qwen in bf16 on a 2-core EPYC) and
+    the call drafts at all (a plain greedy config without a memory keeps HF's one-token steps);
+    True / False: always / never. The output is the same either way; ``res.stats.padded`` says which.
     """
     reject_unsupported(unsupported)
     ids = _check_input(model, input_ids, max_new_tokens)
@@ -144,7 +154,7 @@ def generate(
     return run_engine(
         model, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses, config=config,
         policy=policy, workload=workload, tokenizer=tokenizer, eos=eos, stop=stop, on_tokens=on_tokens, verifier=verifier,
-        memory=memory, price_drafts=price_drafts, recycled=recycled,
+        memory=memory, price_drafts=price_drafts, recycled=recycled, pad_single=pad_single,
     )  # fmt: skip
 
 
@@ -167,6 +177,7 @@ def run_engine(
     memory: bool | str | AnswerMemory | None = None,
     price_drafts: bool | float = True,
     recycled: NextTokenTable | None = None,
+    pad_single: bool | None = None,
 ) -> GenerateResult:
     """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
     resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
@@ -188,6 +199,10 @@ def run_engine(
         memory_note += f"; token recycling table carried over ({known})"
     # memory and recycled drafts priced by this machine's step curve, or at the caller's price (an empty memory drafts nothing)
     token_cost = _draft_price(model, price_drafts, drafts=bool(answers or config.recycle))
+    if pad_single is None:  # plain greedy stays HF's own one-token steps unless asked
+        pad_single = not (config.greedy_only and not answers) and stored_pads_single(model)
+    elif not isinstance(pad_single, bool):
+        raise ConfigError(f"pad_single must be True, False or None (this machine's step curve decides), got {pad_single!r}")
     if answers:
         memory_note += (f"; drafts priced by the step curve (a packed token costs {token_cost:.3f} of a step)"
                         if token_cost is not None else
@@ -196,14 +211,15 @@ def run_engine(
     t0 = clock.now()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
-        verifier=verifier, memory=answers, token_cost=token_cost, recycled=recycled,
+        verifier=verifier, memory=answers, token_cost=token_cost, recycled=recycled, pad_single=pad_single,
     )
     wall = clock.since(t0)
     if remember is not None:
         memory_note += "" if (why := remember(new)) is None else f"; {why}"
     seq = torch.cat([ids, torch.tensor([new], dtype=ids.dtype, device=ids.device)], dim=1)
     stats = _stats(log, len(new), wall, config, source, policy)
-    return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note, draft_price=token_cost))
+    return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note, draft_price=token_cost,
+                                                       padded=pad_single))
 
 
 def _draft_price(model: torch.nn.Module, price_drafts: bool | float, *, drafts: bool) -> float | None:

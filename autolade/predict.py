@@ -57,8 +57,11 @@ def step_cost(curve: StepCurve, k: float, *, context: int) -> float:
 
 
 def predict_row(row: AcceptanceRow, curve: StepCurve, *, context: int) -> Prediction:
-    """Price one measured row on this curve at ``context``."""
-    cost = sum(n * step_cost(curve, k, context=context) for k, n in row.packed_hist.items()) / row.steps
+    """Price one measured row on this curve at ``context``; where the curve pads a lone token
+    (``StepCurve.pads_single``: c(2) < c(1)), a drafting setting's one-token steps run, and cost, two
+    tokens (``generate(pad_single=None)``; plain greedy keeps its one-token steps, the reference)."""
+    lone = 2 if curve.pads_single() and not row.setting.greedy else 1
+    cost = sum(n * step_cost(curve, max(k, lone), context=context) for k, n in row.packed_hist.items()) / row.steps
     tokens_per_step = row.tokens_per_step * row.sample_scale  # carried to the table's whole prompt sample
     return Prediction(
         setting=row.setting,

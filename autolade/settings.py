@@ -311,6 +311,13 @@ def stored_token_cost(model: torch.nn.Module) -> float | None:
     return curve.token_cost() if curve is not None else None
 
 
+def stored_pads_single(model: torch.nn.Module) -> bool:
+    """Whether this machine's stored step curve for this model and dtype says a two-token step costs less
+    than a one-token step (``StepCurve.pads_single``); False when none was measured."""
+    curve = default_resolver().curve(model)
+    return curve is not None and curve.pads_single()
+
+
 def stored_profile(model: torch.nn.Module, workload: str):
     """(profile, source) for exactly this workload; a ``ConfigError`` that names the fix if there is none."""
     return default_resolver().stored_profile(model, workload)

@@ -193,6 +193,33 @@ def test_price_drafts_takes_a_price_of_a_packed_token_and_says_which_it_used(lla
             generate(llama, ids, max_new_tokens=8, config=cfg, memory=False, price_drafts=bad)
 
 
+def test_pad_single_follows_the_stored_curve_unless_given_and_keeps_the_output(llama):
+    """Where this machine's curve has c(2) < c(1), a drafting call's lone steps pack a filler draft; plain
+    greedy keeps HF's one-token steps; True / False force it; anything else is refused."""
+    from test_settings import _save_curve
+
+    ids = repetitive_prompt(seed=3)
+    ref = hf_greedy(llama, ids, 30)
+    lookup, greedy = LookaheadConfig(window=0, prompt_lookup=4), LookaheadConfig(window=0, guesses=0, prompt_lookup=0)
+    before = generate(llama, ids, max_new_tokens=30, config=lookup, memory=False)
+    assert not before.stats.padded and "padded" not in before.stats.summary()
+    _save_curve(llama, {128: {1: 224.4, 2: 196.3, 4: 213.6, 8: 233.5, 16: 306.9}})
+    padded = generate(llama, ids, max_new_tokens=30, config=lookup, memory=False)
+    plain = generate(llama, ids, max_new_tokens=30, config=greedy, memory=False)
+    forced = generate(llama, ids, max_new_tokens=30, config=greedy, memory=False, pad_single=True)
+    off = generate(llama, ids, max_new_tokens=30, config=lookup, memory=False, pad_single=False)
+    for res in (before, padded, plain, forced, off):
+        assert res.sequences[0, ids.shape[1] :].tolist() == ref
+    assert padded.stats.padded and "lone steps padded" in padded.stats.summary()
+    assert min(padded.stats.per_step["packed"]) >= 2 and min(before.stats.per_step["packed"]) == 1
+    assert not plain.stats.padded and set(plain.stats.per_step["packed"]) == {1}
+    assert forced.stats.padded and min(forced.stats.per_step["packed"]) == 2
+    assert not off.stats.padded and off.stats.per_step["packed"] == before.stats.per_step["packed"]
+    for bad in (1, "yes"):
+        with pytest.raises(ConfigError, match="pad_single"):
+            generate(llama, ids, max_new_tokens=4, config=lookup, memory=False, pad_single=bad)
+
+
 def test_package_exports():
     assert autolade.generate is generate and autolade.LookaheadConfig is LookaheadConfig
 

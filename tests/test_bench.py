@@ -264,6 +264,33 @@ def test_split_carry():
         split_carry("0,0,0,0,recycle=8,carry=maybe")
 
 
+def test_split_pad():
+    from autolade.bench.command import split_carry, split_pad
+
+    assert split_pad("0,4,0,16,pad=1,recycle=16") == ("0,4,0,16,recycle=16", True)
+    assert split_pad("0,4,0,16,pad=0") == ("0,4,0,16", False)
+    assert split_pad("0,4,0,16") == ("0,4,0,16", None)  # the stored curve decides
+    assert split_pad(split_carry("0,0,0,0,recycle=8,carry=1,pad=1")[0]) == ("0,0,0,0,recycle=8", True)
+    with pytest.raises(ConfigError, match="pad must be true or false"):
+        split_pad("0,4,0,16,pad=2")
+
+
+def test_a_padded_method_packs_two_tokens_at_least_and_round_trips(model):
+    rep = run_benchmark(model=model, prompts=[repetitive_prompt()], max_new_tokens=12, warmup=0,
+                        configs={"padded": {"config": CONFIGS["al lookup"], "pad": True},
+                                 "unpadded": {"config": CONFIGS["al lookup"], "pad": False}}, keep_per_step=True)
+    runs = {r.method: r for r in rep.runs}
+    assert min(runs["padded"].per_step["packed"]) >= 2 and runs["padded"].exact and runs["unpadded"].exact
+    assert rep.methods[-2].spec()["pad"] is True and rep.methods[-1].spec()["pad"] is False
+    from autolade.bench.report import BenchReport
+
+    back = BenchReport.from_dict(json.loads(json.dumps(rep.to_dict())))
+    assert [m.pad for m in back.methods] == [m.pad for m in rep.methods]
+    with pytest.raises(ConfigError, match="pad must be True, False or None"):
+        run_benchmark(model=model, prompts=[repetitive_prompt()], configs={"x": {"config": CONFIGS["al lookup"], "pad": 1}},
+                      max_new_tokens=2)
+
+
 def test_time_budget_and_checkpoints(model):
     """max_seconds stops before the next prompt; on_prompt sees a complete report after each one."""
     partial: list = []

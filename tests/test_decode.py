@@ -194,6 +194,35 @@ def test_drafter_inserts_prompt_lookup_first_then_the_pool_and_credits_each_node
 
 
 
+def test_the_filler_is_what_followed_the_last_token_before_else_the_most_frequent_token():
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=0)  # no source drafts anything
+    plan = StepPlan(window=0, guesses=0, draft_len=0, drafts=0)
+    plain = Drafter(config=cfg, prompt=[5, 6, 7, 5])
+    assert plain.tree(plan).tree.tokens == [5]  # not padded: a lone token
+    drafter = Drafter(config=cfg, prompt=[5, 6, 7, 5], pad_single=True)
+    drafted = drafter.tree(plan)
+    assert drafted.tree.tokens == [5, 6] and drafted.ends == {"lookup": 1, "filler": 2}
+    assert drafted.accepted_from([1]) == "filler"
+    drafter.commit([9])  # 9 never occurred before: the context's most frequent token, 5
+    assert drafter.tree(plan).tree.tokens == [9, 5]
+    lookup = Drafter(config=cfg.with_(prompt_lookup=3), prompt=[5, 6, 7, 5], pad_single=True)
+    assert lookup.tree(StepPlan(window=0, guesses=0, draft_len=3, drafts=1)).tree.tokens == [5, 6, 7, 5]  # drafts: no filler
+
+
+@pytest.mark.parametrize("config", [SETTINGS[0], SETTINGS[1], SETTINGS[6]], ids=["greedy", "lookup", "recycle"])
+def test_padded_lone_steps_pack_two_tokens_and_keep_the_output(dense, config):
+    ids = repetitive_prompt(seed=4)
+    ref = hf_greedy(dense, ids, 48)
+    out, log = lookahead_decode(dense, ids, config=config, max_new_tokens=48, pad_single=True)
+    assert out == ref
+    assert min(s.packed for s in log.steps) >= 2  # no step ran one token
+    plain, plain_log = lookahead_decode(dense, ids, config=config, max_new_tokens=48)
+    assert plain == ref
+    if config.greedy_only:  # the filler is all it drafts: on a repetitive text it is right now and then
+        assert sum(s.accepted for s in log.steps if s.accepted_from == "filler") > 0
+        assert len(log.steps) < len(plain_log.steps)
+
+
 def _memory_of(answers, **config):
     from autolade.engine.memory import AnswerMemory, MemoryConfig
 

@@ -8,7 +8,7 @@ from autolade.acceptance import GREEDY_SETTING, AcceptanceRow, AcceptanceTable, 
 from autolade.config import LookaheadConfig
 from autolade.curve import StepCurve
 from autolade.errors import ProfileError
-from autolade.predict import choose, format_predictions, predict, step_cost
+from autolade.predict import choose, format_predictions, predict, predict_row, step_cost
 
 LOOKUP = Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=2, prompt_lookup_drafts=1))
 WINDOW = Setting.of(LookaheadConfig(window=4, ngram=4, guesses=4, prompt_lookup=0))
@@ -99,6 +99,19 @@ def test_beyond_the_curve_extrapolates_linearly_and_is_never_chosen():
     (p,) = [x for x in predict(table(big), short) if not x.setting.greedy]
     assert p.extrapolated and p.speedup == pytest.approx(4.0 * 10.0 / 22.0)
     assert choose(table(big), short).setting.greedy  # 1.8x predicted, but only by extrapolating
+
+
+def test_a_curve_where_two_tokens_cost_less_than_one_prices_lone_steps_at_two():
+    """generate() pads a drafting setting's one-token steps there (pad_single), so the prediction does too;
+    plain greedy, the reference, keeps its one-token steps."""
+    inverted = curve({1: 12.0, 2: 10.0, 4: 11.0, 8: 13.0, 16: 16.0, 32: 22.0, 64: 34.0})
+    assert inverted.pads_single() and not curve(STEEP).pads_single() and not curve(FLAT).pads_single()
+    assert not StepCurve(points={100: {1: 12.0, 4: 10.0}}).pads_single()  # c(2) not measured: no claim
+    p = predict_row(LOOKUP_ROW, inverted, context=100)
+    assert p.step_cost_ms == pytest.approx((40 * 10.0 + 60 * inverted.cost(3, 100)) / 100)  # lone steps at c(2)
+    assert p.speedup == pytest.approx(1.8 * 12.0 / p.step_cost_ms)
+    g = predict_row(GREEDY_ROW, inverted, context=100)
+    assert g.step_cost_ms == 12.0 and g.speedup == 1.0
 
 
 def test_margin():

@@ -104,6 +104,16 @@ def test_a_stored_cpu_curve_gives_cost_aware_scaled_lookup(llama):
         assert config == CPU_DEFAULT and policy == {"name": "cost-aware"} and "step-latency curve" in source
 
 
+def test_a_stored_curve_where_two_tokens_cost_less_than_one_pads_lone_steps(llama):
+    from autolade.settings import stored_pads_single
+
+    assert not stored_pads_single(llama)  # no curve: no claim
+    _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4}})
+    assert not stored_pads_single(llama)
+    _save_curve(llama, {128: {1: 224.4, 2: 196.3, 4: 213.6, 8: 233.5, 16: 306.9}})  # the 1.5B Qwen, bf16, this EPYC
+    assert stored_pads_single(llama)
+
+
 def test_a_smooth_cpu_curve_without_a_table_gives_the_builtin_default(llama):
     # the bf16 curve measured here: 2-6 packed tokens cost ~1.1x one, wider steps much more
     _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4, 16: 33.6, 32: 42.5, 64: 62.7, 128: 101.3}})
@@ -190,11 +200,12 @@ def test_generate_resolves_once_and_sees_a_profile_saved_since(llama, tmp_path):
 
     ids = repetitive_prompt()
     before = default_resolver().cache_info()
-    # memory off: a remembered answer would also read the step curve (one more cache hit) to price its drafts
+    # memory off: a remembered answer would also read the step curve (one more cache hit) to price its drafts;
+    # each call reads it once (a hit) to decide whether lone steps are padded (pad_single)
     first = generate(llama, ids, max_new_tokens=4, workload="code", memory=False)
     second = generate(llama, ids, max_new_tokens=4, workload="code", memory=False)
     after = default_resolver().cache_info()
-    assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 3)
     assert first.stats.settings_source == second.stats.settings_source and "built-in" in first.stats.settings_source
     assert not (tmp_path / "home" / "autolade.db").exists()  # reading settings creates no store
     pid = save_profile(llama, "code", CODE, None)

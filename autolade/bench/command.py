@@ -16,14 +16,25 @@ from .run import config_label, default_configs, load_sets, run_benchmark
 
 def split_carry(spec: str) -> tuple[str, bool]:
     """(the method spec without its ``carry=`` item, whether it carries its token recycling table)."""
-    kept, carry = [], False
+    rest, flags = _split_flags(spec, ("carry",))
+    return rest, bool(flags.get("carry", False))
+
+
+def split_pad(spec: str) -> tuple[str, bool | None]:
+    """(the method spec without its ``pad=`` item, ``generate(pad_single=)``: True / False, None when not given)."""
+    rest, flags = _split_flags(spec, ("pad",))
+    return rest, flags.get("pad")
+
+
+def _split_flags(spec: str, names: Sequence[str]) -> tuple[str, dict[str, bool]]:
+    kept, flags = [], {}
     for item in str(spec).split(","):
         key, eq, value = item.partition("=")
-        if eq and key.strip() == "carry":
-            carry = parse_flag(spec, "carry", value)
+        if eq and key.strip() in names:
+            flags[key.strip()] = parse_flag(spec, key.strip(), value)
         else:
             kept.append(item)
-    return ",".join(kept), carry
+    return ",".join(kept), flags
 
 
 def bench_main(
@@ -55,15 +66,21 @@ def bench_main(
         if threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    parsed = ([(*parse_method(spec), carry) for spec, carry in map(split_carry, configs)] if configs or profiles
-              else [(c, None, False) for c in default_configs().values()])
+    parsed = []
+    for spec in configs:
+        spec, carry = split_carry(spec)
+        spec, pad = split_pad(spec)
+        parsed.append((*parse_method(spec), carry, pad))
+    if not configs and not profiles:
+        parsed = [(c, None, False, None) for c in default_configs().values()]
     named: dict[str, Any] = {}
-    for c, pol, carry in parsed:
-        base = config_label(c, pol) + (" carried" if carry else "")
+    for c, pol, carry, pad in parsed:
+        base = config_label(c, pol) + (" carried" if carry else "") + {None: "", True: " padded", False: " unpadded"}[pad]
         label, n = base, 2
         while label in named:
             label, n = f"{base}#{n}", n + 1
-        named[label] = {"config": c, "policy": pol, "carry": True} if carry else c if pol is None else (c, pol)
+        named[label] = ({"config": c, "policy": pol, "carry": carry, "pad": pad} if carry or pad is not None
+                        else c if pol is None else (c, pol))
     prompt_sets = load_sets(sets.split(","), limit=prompts, heldout=heldout)
     lm, tok = load(model, dtype=dtype, device=device)
     say = progress or (lambda _msg: None)

@@ -41,6 +41,9 @@ class Method:
     # autolade, recycling: keep the token recycling table from prompt to prompt of a set, as generate()
     # does with the memory on in a long-running process (False: a fresh table every run)
     carry: bool = False
+    # autolade: generate(pad_single=): a step with nothing to draft packs a filler draft (True), never (False),
+    # or as this machine's stored step curve says (None)
+    pad: bool | None = None
 
     def spec(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind}
@@ -54,6 +57,8 @@ class Method:
             out["policy"] = getattr(self.policy, "__name__", type(self.policy).__name__)
         if self.carry:
             out["carry"] = True
+        if self.pad is not None:
+            out["pad"] = self.pad
         return out
 
     def make_policy(self, cost: Callable[[float], float] | None = None):
@@ -178,7 +183,8 @@ class BenchReport:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise WorkloadError("not an autolade benchmark JSON (format autolade-bench/1)")
         methods = [
-            Method(m["name"], m["kind"], LookaheadConfig.from_dict(m["config"]) if m.get("config") else None, m.get("policy"))
+            Method(m["name"], m["kind"], LookaheadConfig.from_dict(m["config"]) if m.get("config") else None, m.get("policy"),
+                   bool(m.get("carry", False)), m.get("pad"))
             for m in data["methods"]
         ]
         summary_fields = {f for f in Summary.__dataclass_fields__}

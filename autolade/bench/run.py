@@ -95,7 +95,10 @@ def _methods(configs: Mapping[str, Any], baselines: Sequence[str]) -> list[Metho
         elif isinstance(value, LookaheadConfig):
             method = Method(str(name), "autolade", value)
         elif isinstance(value, Mapping) and isinstance(value.get("config"), LookaheadConfig):
-            method = Method(str(name), "autolade", value["config"], value.get("policy"), bool(value.get("carry", False)))
+            pad = value.get("pad")
+            if pad is not None and not isinstance(pad, bool):
+                raise ConfigError(f"config {name!r}: pad must be True, False or None (the stored curve decides), got {pad!r}")
+            method = Method(str(name), "autolade", value["config"], value.get("policy"), bool(value.get("carry", False)), pad)
             if method.carry and not method.config.recycle:
                 raise ConfigError(f"config {name!r}: carry keeps the token recycling table; it needs recycle > 0")
         elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], LookaheadConfig):  # (config, policy)
@@ -310,7 +313,7 @@ def _run_method(model: torch.nn.Module, method: Method, ids: torch.Tensor, max_n
     ``recycled``: the token recycling table a carrying method drafts from (and teaches)."""
     if method.kind == "autolade":
         return run_autolade(model, ids, max_new_tokens=max_new_tokens, config=method.config,
-                            policy=method.make_policy(cost), recycled=recycled)
+                            policy=method.make_policy(cost), recycled=recycled, pad_single=method.pad)
     run = run_pld if method.kind == HF_PLD else run_greedy
     return run(model, ids, max_new_tokens=max_new_tokens, count_steps=True)
 

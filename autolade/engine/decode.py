@@ -25,6 +25,7 @@ from .steps import Policy, StaticPolicy, StepOutcome, StepPlan
 from .verify import GreedyVerifier
 from .window import JacobiWindow
 
+FILLER = "filler"  # the source name of a lone step's filler draft (Drafter.pad_single)
 PROMPT_OBSERVED = 256  # with token recycling: the prompt's last positions whose next-token logits the prefill keeps
 
 
@@ -131,9 +132,15 @@ class Drafter:
     n-gram pool, then token recycling) and the lookahead window."""
 
     def __init__(self, *, config: LookaheadConfig, prompt: Sequence[int], memory: AnswerMemory | None = None,
-                 token_cost: float | None = None, recycled: NextTokenTable | None = None) -> None:
+                 token_cost: float | None = None, recycled: NextTokenTable | None = None,
+                 pad_single: bool = False) -> None:
         self.config = config
         self.tokens: list[int] = []  # the context: prompt + committed tokens
+        # a step with nothing to draft packs one filler draft: where the curve says c(2) < c(1), it is cheaper
+        self.pad_single = pad_single
+        self._followed: dict[int, int] = {}  # token -> the token that followed it last in the context
+        self._counts: dict[int, int] = {}  # token -> occurrences in the context
+        self._common = -1  # the context's most frequent token
         # insertion order = tree order: prompt-lookup drafts first, then memory drafts, pool n-grams, recycled
         self.sources: list[DraftSource] = [
             PromptLookupSource(max_ngram=max(config.prompt_lookup_ngram, 1), scaled=config.prompt_lookup_scaled)
@@ -171,6 +178,9 @@ class Drafter:
             for draft in candidates.drafts:
                 tree.add(draft)
             ends[source.name] = len(tree)
+        if self.pad_single and len(tree) == 1 and (self.window is None or plan.window <= 0):
+            tree.add((self._followed.get(last, self._common),))
+            ends[FILLER] = len(tree)
         return Drafted(tree=tree, ends=ends, found=found)
 
     def window_rows(self, plan: StepPlan) -> list[list[int]] | None:
@@ -187,6 +197,14 @@ class Drafter:
 
     def commit(self, tokens: Sequence[int]) -> None:
         tokens = [int(tok) for tok in tokens]
+        prev = self.tokens[-1] if self.tokens else None
+        for tok in tokens:  # the filler's statistics: what followed each token, and the most frequent one
+            if prev is not None:
+                self._followed[prev] = tok
+            self._counts[tok] = n = self._counts.get(tok, 0) + 1
+            if n > self._counts.get(self._common, 0):
+                self._common = tok
+            prev = tok
         self.tokens.extend(tokens)
         for source in self.sources:
             source.update(tokens=tokens)
@@ -276,6 +294,7 @@ def lookahead_decode(
     recycled: NextTokenTable | None = None,
     clock: DeviceClock | None = None,
     attention: AttentionPlan | None = None,
+    pad_single: bool = False,
 ) -> tuple[list[int], DecodeLog]:
     """Greedy lookahead decoding of ``prompt`` [1, T]; returns the new tokens and the step log.
 
@@ -288,6 +307,8 @@ def lookahead_decode(
     a caller can carry it from one generation to the next. ``clock``: what times the steps (default: the model's device,
     CUDA-synchronised). ``attention``: which implementation each step kind runs (default:
     ``attention.model_plan``); the model's own implementation is restored on the way out.
+    ``pad_single``: a step that would pack one token packs a filler draft too (what followed the last
+    token before, else the context's most frequent token), for machines whose curve has c(2) < c(1).
     """
     runner = ModelRunner(model, attention=attention)
     clock = clock or DeviceClock(runner.device)
@@ -298,7 +319,7 @@ def lookahead_decode(
     cache = runner.new_cache(capacity)
     layout = Layout(device=runner.device)
     drafter = Drafter(config=config, prompt=prompt_list, memory=memory, token_cost=token_cost,
-                      recycled=recycled)
+                      recycled=recycled, pad_single=pad_single)
     eos = set(int(e) for e in eos_ids)
     log = DecodeLog()
     out: list[int] = []
