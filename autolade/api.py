@@ -128,7 +128,8 @@ def generate(
     With the memory on, a config with ``recycle`` > 0 also carries its token recycling table (the model's
     top-8 next tokens after each token, see ``autolade.engine.recycle``) from one call to the next, per
     model and workload, saved beside the memory so that the next process starts from it (``"read"``: a
-    copy, neither changed nor saved); otherwise each call starts a fresh one. ``recycled``: the caller's own ``NextTokenTable``, drafted from and taught by this call.
+    copy, neither changed nor saved); otherwise each call starts a fresh one. ``recycled``: the caller's
+    own ``NextTokenTable``, drafted from and taught by this call.
 
     ``price_drafts``: memory and recycled drafts are packed only where this machine's stored step curve
     says they pay (``StepCurve.token_cost``); False: recycled drafts fill the config's ``recycle`` budget
@@ -191,6 +192,8 @@ def run_engine(
         memory = False if isinstance(verifier, SamplingVerifier) else MEMORY_DEFAULT
     if recycled is not None and not isinstance(recycled, NextTokenTable):
         raise ConfigError(f"recycled must be an autolade.engine.recycle.NextTokenTable or None, got {type(recycled).__name__}")
+    if pad_single is not None and not isinstance(pad_single, bool):
+        raise ConfigError(f"pad_single must be True, False or None (this machine's step curve decides), got {pad_single!r}")
     opened = _open_memory(model, memory, workload, recycle=config.recycle > 0 and recycled is None)
     answers, memory_note, remember, carried = opened.answers, opened.note, opened.remember, opened.table
     recycled = recycled if recycled is not None else carried
@@ -201,8 +204,6 @@ def run_engine(
     token_cost = _draft_price(model, price_drafts, drafts=bool(answers or config.recycle))
     if pad_single is None:  # plain greedy stays HF's own one-token steps unless asked
         pad_single = not (config.greedy_only and not answers) and stored_pads_single(model)
-    elif not isinstance(pad_single, bool):
-        raise ConfigError(f"pad_single must be True, False or None (this machine's step curve decides), got {pad_single!r}")
     if answers:
         memory_note += (f"; drafts priced by the step curve (a packed token costs {token_cost:.3f} of a step)"
                         if token_cost is not None else

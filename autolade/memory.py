@@ -224,7 +224,7 @@ def decode_recycling(row: dict[str, Any], *, vocab_size: int) -> NextTokenTable:
     if not finite(seen) or seen < 0 or not isinstance(hits, list) or len(hits) != k \
             or not all(finite(h) and 0 <= h <= seen for h in hits):
         raise ProfileError(f"its rank hits must be {k} counts between 0 and seen ({seen!r})")
-    return NextTokenTable.from_known(ids, nexts, vocab=vocab_size, hits=hits, seen=seen)
+    return NextTokenTable.from_known(ids, nexts, hits=hits, seen=seen)
 
 
 # --- the store's memory table ------------------------------------------------------------------

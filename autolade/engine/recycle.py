@@ -83,12 +83,11 @@ class NextTokenTable:
         return ids, self.rows[ids]  # [n], [n, k]
 
     @classmethod
-    def from_known(cls, ids: np.ndarray, rows: np.ndarray, *, vocab: int, hits: Sequence[float],
-                   seen: float) -> NextTokenTable:
-        """The table ``known_rows`` and ``hits`` describe, over a vocabulary of ``vocab`` ids (checked by the
-        caller: ids in [0, vocab), rows [n, k] of ids or EMPTY, ``hits`` k counts of at most ``seen``)."""
+    def from_known(cls, ids: np.ndarray, rows: np.ndarray, *, hits: Sequence[float], seen: float) -> NextTokenTable:
+        """The table ``known_rows`` and ``hits`` describe (checked by the caller: distinct ids >= 0, rows [n, k]
+        of ids or EMPTY, ``hits`` k counts of at most ``seen``); it grows to the vocabulary as it observes."""
         table = cls(k=int(rows.shape[1]))
-        table._grow(vocab)
+        table._grow(int(ids.max()) + 1 if len(ids) else 0)
         table.rows[np.asarray(ids, dtype=np.int64)] = rows
         table.hits.hits, table.hits.seen = [float(h) for h in hits], float(seen)
         return table
