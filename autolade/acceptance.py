@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import statistics
@@ -31,7 +30,7 @@ from typing import Any
 
 from .config import GREEDY, SCALED_LOOKUP, LookaheadConfig
 from .errors import ConfigError, ProfileError
-from .profile_format import DTYPES, _get, autolade_version, now_iso
+from .profile_format import DTYPES, _get, autolade_version, is_number, now_iso
 
 FORMAT = "autolade-acceptance"
 VERSION = 1
@@ -42,11 +41,6 @@ _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 
 
 # --- settings ------------------------------------------------------------------------------
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
 
 
 @dataclass(frozen=True)
@@ -73,7 +67,7 @@ class Setting:
                 "step times or c(k), so what they accept depends on the hardware)"
             )
         if self.token_cost is not None:
-            if not _is_number(self.token_cost) or not 0.0 <= self.token_cost <= 1.0:
+            if not is_number(self.token_cost) or not 0.0 <= self.token_cost <= 1.0:
                 raise ProfileError(f"setting {self.label!r}: token_cost must be a number in [0, 1] or absent, "
                                    f"got {self.token_cost!r}")
             if not self.config.recycle:
@@ -453,7 +447,7 @@ def _validate_row(r: AcceptanceRow) -> None:
     if r.counted_by == "replay" and not replayable(r.setting):
         raise ProfileError(f"{where}: only prompt-lookup settings (static or the lookup policy) can be counted by replay "
                            "(a window needs the model)")
-    if not _is_number(r.sample_scale) or not 0.2 <= r.sample_scale <= 5.0:
+    if not is_number(r.sample_scale) or not 0.2 <= r.sample_scale <= 5.0:
         raise ProfileError(f"{where}: sample_scale must be a number in [0.2, 5], got {r.sample_scale!r}")
     if not r.context_min <= r.context_median <= r.context_max:
         raise ProfileError(f"{where}: contexts must satisfy min <= median <= max, got {r.context_min}/{r.context_median}/{r.context_max}")
@@ -477,11 +471,11 @@ def _validate_row(r: AcceptanceRow) -> None:
     k_lo, k_hi = min(r.packed_hist), max(r.packed_hist)
     for name, lo, hi in (("tokens_per_step_mean", 1.0, k_hi), ("packed_per_step_mean", k_lo, k_hi)):
         value = getattr(r, name)
-        if not _is_number(value) or not lo - 1e-9 <= value <= hi + 1e-9:
+        if not is_number(value) or not lo - 1e-9 <= value <= hi + 1e-9:
             raise ProfileError(f"{where}: {name} must be a number in [{lo:g}, {hi:g}], got {value!r}")
     for name in ("tokens_per_step_sd", "packed_per_step_sd"):
         value = getattr(r, name)
-        if not _is_number(value) or value < 0 or value > MAX_PACKED:
+        if not is_number(value) or value < 0 or value > MAX_PACKED:
             raise ProfileError(f"{where}: {name} must be a finite number >= 0, got {value!r}")
 
 

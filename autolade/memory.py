@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ import numpy as np
 from .engine.memory import AnswerMemory, MemoryConfig
 from .engine.recycle import NextTokenTable
 from .errors import AutoladeError, ProfileError
-from .profile_format import autolade_version, now_iso
+from .profile_format import autolade_version, is_number, now_iso
 
 FORMAT = "autolade-memory"
 VERSION = 1
@@ -220,9 +219,8 @@ def decode_recycling(row: dict[str, Any], *, vocab_size: int) -> NextTokenTable:
         hits, seen = rates["hits"], rates["seen"]
     except (TypeError, ValueError, KeyError):
         raise ProfileError("its rank hits are not {\"hits\": [...], \"seen\": n} JSON") from None
-    finite = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-    if not finite(seen) or seen < 0 or not isinstance(hits, list) or len(hits) != k \
-            or not all(finite(h) and 0 <= h <= seen for h in hits):
+    if not is_number(seen) or seen < 0 or not isinstance(hits, list) or len(hits) != k \
+            or not all(is_number(h) and 0 <= h <= seen for h in hits):
         raise ProfileError(f"its rank hits must be {k} counts between 0 and seen ({seen!r})")
     return NextTokenTable.from_known(ids, nexts, hits=hits, seen=seen)
 

@@ -263,6 +263,11 @@ def _section(data: dict, key: str, *, required: bool = True) -> dict | None:
     return _get(data, key, dict, required=required)
 
 
+def is_number(value: Any) -> bool:
+    """A finite int or float, not a bool: what every numeric field of the stored formats must be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _get(data: dict, key: str, kind: type | tuple[type, ...], *, where: str = "", required: bool = True) -> Any:
     name = f"{where}.{key}" if where else key
     if key not in data or data[key] is None:
