@@ -60,6 +60,17 @@ def test_suffix_index_drafts_report_the_match_length_and_per_length_sizes():
     assert idx.drafts(max_len=9, max_drafts=0) == ([], 0)
 
 
+def test_suffix_index_follower_is_what_followed_the_last_token_the_time_before():
+    idx = SuffixIndex(max_ngram=3)
+    assert idx.follower() is None  # empty
+    idx.extend([5, 6, 7, 5])
+    assert idx.follower() == 6
+    idx.extend([8, 5])
+    assert idx.follower() == 8  # the most recent earlier occurrence
+    idx.extend([9])
+    assert idx.follower() is None  # 9 is new
+
+
 def test_prompt_lookup_source_follows_the_plan_and_the_committed_tokens():
     source = PromptLookupSource(max_ngram=2, scaled=False)
     source.update(tokens=[1, 2, 3, 4])

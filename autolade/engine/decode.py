@@ -138,13 +138,11 @@ class Drafter:
         self.tokens: list[int] = []  # the context: prompt + committed tokens
         # a step with nothing to draft packs one filler draft: where the curve says c(2) < c(1), it is cheaper
         self.pad_single = pad_single
-        self._followed: dict[int, int] = {}  # token -> the token that followed it last in the context
         self._counts: dict[int, int] = {}  # token -> occurrences in the context
         self._common = -1  # the context's most frequent token
+        self.lookup = PromptLookupSource(max_ngram=max(config.prompt_lookup_ngram, 1), scaled=config.prompt_lookup_scaled)
         # insertion order = tree order: prompt-lookup drafts first, then memory drafts, pool n-grams, recycled
-        self.sources: list[DraftSource] = [
-            PromptLookupSource(max_ngram=max(config.prompt_lookup_ngram, 1), scaled=config.prompt_lookup_scaled)
-        ]
+        self.sources: list[DraftSource] = [self.lookup]
         if memory is not None:
             self.sources.append(MemorySource(memory, token_cost=token_cost))
         self.pool: NgramPool | None = None
@@ -179,7 +177,8 @@ class Drafter:
                 tree.add(draft)
             ends[source.name] = len(tree)
         if self.pad_single and len(tree) == 1 and (self.window is None or plan.window <= 0):
-            tree.add((self._followed.get(last, self._common),))
+            follower = self.lookup.index.follower()  # what followed `last` before, from the lookup's own index
+            tree.add((self._common if follower is None else follower,))
             ends[FILLER] = len(tree)
         return Drafted(tree=tree, ends=ends, found=found)
 
@@ -197,14 +196,10 @@ class Drafter:
 
     def commit(self, tokens: Sequence[int]) -> None:
         tokens = [int(tok) for tok in tokens]
-        prev = self.tokens[-1] if self.tokens else None
-        for tok in tokens:  # the filler's statistics: what followed each token, and the most frequent one
-            if prev is not None:
-                self._followed[prev] = tok
+        for tok in tokens:  # the filler's fallback: the context's most frequent token
             self._counts[tok] = n = self._counts.get(tok, 0) + 1
             if n > self._counts.get(self._common, 0):
                 self._common = tok
-            prev = tok
         self.tokens.extend(tokens)
         for source in self.sources:
             source.update(tokens=tokens)

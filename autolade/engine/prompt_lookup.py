@@ -42,6 +42,11 @@ class SuffixIndex:
                 return m, ends[-2::-1]
         return 0, []
 
+    def follower(self) -> int | None:
+        """The token that followed the previous occurrence of the sequence's last token; None if it is new."""
+        ends = self._ends[1].get((self.tokens[-1],)) if self.tokens else None
+        return self.tokens[ends[-2]] if ends and len(ends) >= 2 else None
+
     def continuations(self, ends: Sequence[int], *, length: int, max_drafts: int) -> list[tuple[int, ...]]:
         """Up to ``max_drafts`` distinct continuations of ``length`` tokens after ``ends`` (in order);
         one that is a prefix of an earlier one adds nothing and is skipped."""
