@@ -113,7 +113,8 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
 @click.option("--config", "-c", "configs", multiple=True, metavar="W,N,G[,LOOKUP]",
               help="autolade setting to time (repeatable), e.g. 0,0,0,0 (greedy through the loop), 0,4,0,10 (prompt lookup only), 4,4,4,10,drafts=1, "
                    "2,3,2,0,recycle=16,carry=1 (the token recycling table kept from prompt to prompt, as generate() keeps it with the memory on), "
-                   "0,4,0,16,pad=1 (steps with nothing to draft pack a filler draft; pad=0 never; absent: as the stored step curve says); "
+                   "0,4,0,16,pad=1 (steps with nothing to draft pack a filler draft; pad=0 never; absent: as the stored step curve says), "
+                   "2,3,2,0,recycle=16,pairs=0 (the recycling table keeps rows per token only, not per (previous, token) pair); "
                    "default: a small built-in set")
 @click.option("--profile", "profiles", multiple=True, metavar="WORKLOAD",
               help="also time the stored profile for this workload (repeatable), e.g. --profile code --profile chat")

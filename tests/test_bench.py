@@ -275,6 +275,28 @@ def test_split_pad():
         split_pad("0,4,0,16,pad=2")
 
 
+def test_split_pairs_and_an_unpaired_method_round_trips(model):
+    from autolade.bench.command import split_pairs
+    from autolade.bench.report import BenchReport
+
+    assert split_pairs("0,4,0,16,recycle=16,pairs=0") == ("0,4,0,16,recycle=16", False)
+    assert split_pairs("0,4,0,16,recycle=16") == ("0,4,0,16,recycle=16", True)
+    with pytest.raises(ConfigError, match="pairs must be true or false"):
+        split_pairs("0,4,0,16,pairs=2")
+    config = LookaheadConfig(window=0, prompt_lookup=0, recycle=8)
+    rep = run_benchmark(model=model, prompts=[repetitive_prompt()], max_new_tokens=12, warmup=0,
+                        configs={"paired": {"config": config, "carry": True},
+                                 "unpaired": {"config": config, "carry": True, "pairs": False}})
+    assert all(r.exact for r in rep.runs if r.method in ("paired", "unpaired"))
+    assert rep.methods[-1].spec()["pairs"] is False and "pairs" not in rep.methods[-2].spec()
+    assert rep.methods[-1].new_table().max_pairs == 0 and rep.methods[-2].new_table().max_pairs > 0
+    back = BenchReport.from_dict(json.loads(json.dumps(rep.to_dict())))
+    assert [m.pairs for m in back.methods] == [m.pairs for m in rep.methods]
+    with pytest.raises(ConfigError, match="pairs=0 shapes the token recycling table"):
+        run_benchmark(model=model, prompts=[repetitive_prompt()], max_new_tokens=2,
+                      configs={"x": {"config": CONFIGS["al lookup"], "pairs": False}})
+
+
 def test_a_padded_method_packs_two_tokens_at_least_and_round_trips(model):
     rep = run_benchmark(model=model, prompts=[repetitive_prompt()], max_new_tokens=12, warmup=0,
                         configs={"padded": {"config": CONFIGS["al lookup"], "pad": True},

@@ -114,6 +114,72 @@ def test_update_without_a_drafting_step_scores_nothing():
     assert RankHits(3).rate(0) == pytest.approx(RankHits.PRIOR[0])
 
 
+def test_pair_rows_are_kept_per_previous_token_and_preferred():
+    table = NextTokenTable(k=2)
+    table.observe([5, 5], torch.stack([logits_ranking(10, [3, 4]), logits_ranking(10, [1, 2])]), previous=[7, 8])
+    assert table.row(5, 7).tolist() == [3, 4]  # after "7 5"
+    assert table.row(5, 8).tolist() == [1, 2]  # after "8 5"
+    assert table.row(5).tolist() == [1, 2]  # no previous token: the token's latest row
+    assert table.row(5, 9).tolist() == [1, 2]  # an unseen pair: the same
+    table.observe([6], logits_ranking(10, [2, 1])[None], previous=[EMPTY])  # no previous token known: no pair row
+    assert set(table.pairs) == {(7, 5), (8, 5)}
+    table.observe([6], logits_ranking(10, [0, 9])[None])  # without previous: rows per token only
+    assert set(table.pairs) == {(7, 5), (8, 5)}
+    # a pair row older than `since` loses to a token row written since: this generation's evidence first
+    since = table.clock + 1
+    table.observe([5], logits_ranking(10, [9, 8])[None], previous=[8])
+    assert table.row(5, 8, since=since).tolist() == [9, 8]  # the pair was re-predicted: fresh
+    assert table.row(5, 7, since=since).tolist() == [9, 8]  # stale pair, fresher token row
+    assert table.row(5, 7).tolist() == [3, 4]  # since=0: every pair row counts
+    with pytest.raises(ValueError, match="max_pairs must be >= 0"):
+        NextTokenTable(max_pairs=-1)
+
+
+def test_pair_rows_are_capped_least_recently_predicted_first():
+    table = NextTokenTable(k=1, max_pairs=4)
+    one = logits_ranking(10, [1])[None]
+    for prev in (1, 2, 3, 4):
+        table.observe([9], one, previous=[prev])
+    table.observe([9], one, previous=[1])  # re-predicted: now the newest
+    table.observe([9], one, previous=[5])  # over the cap: the oldest quarter goes, down to 3
+    assert list(table.pairs) == [(4, 9), (1, 9), (5, 9)]
+    assert set(table.pair_stamps) == set(table.pairs)
+    unpaired = NextTokenTable(k=1, max_pairs=0)
+    unpaired.observe([9], one, previous=[1])
+    assert unpaired.pairs == {} and unpaired.row(9, 1).tolist() == [1]
+    twin = table.copy()
+    twin.observe([9], logits_ranking(10, [2])[None], previous=[6])
+    assert (6, 9) not in table.pairs and table.max_pairs == twin.max_pairs == 4
+
+
+def test_the_tree_drafts_from_pair_rows_along_its_paths():
+    table = NextTokenTable(k=1)
+    table.observe([2], logits_ranking(10, [6])[None], previous=[1])  # after "1 2" comes 6
+    table.observe([1], logits_ranking(10, [5])[None], previous=[0])  # after "0 1" comes 5
+    for tok, nxt in {1: [2], 2: [3], 3: [4]}.items():  # and per token, predicted since: 1 -> 2 -> 3 -> 4
+        table.observe([tok], logits_ranking(10, nxt)[None])
+    source = RecycleSource(table)
+    source.update(tokens=[0, 1])  # the context ends "0 1"
+    assert source.get_candidates(plan=PLAN, last=1).drafts == [(5,)]  # nothing known after "1 5" or 5
+    source.update(tokens=[5])  # the pair row's rank 0 came next
+    source.update(tokens=[1])  # now "5 1": no pair row, the token's row: 1 -> 2, then "1 2" -> 6
+    assert source.get_candidates(plan=PLAN, last=1).drafts == [(2,), (2, 6)]
+    source.update(tokens=[2, 6])  # both at rank 0 of the rows drafted from
+    assert source.hits.hits == [3.0] and source.hits.seen == 3
+
+
+def test_the_drafter_teaches_pairs_from_the_tree_and_the_prompt():
+    config = LookaheadConfig(window=0, prompt_lookup=0, recycle=4)
+    drafter = Drafter(config=config, prompt=[3, 4, 5])
+    drafter.observe_prompt([3, 4, 5], torch.zeros(2, 10))
+    assert set(drafter.recycler.table.pairs) == {(3, 4), (4, 5)}
+    tree = drafter.tree(StepPlan(window=0, guesses=0, draft_len=0, drafts=0, recycle=0)).tree
+    tree.add((7, 8))
+    tree.add((9,))
+    drafter.observe(tree, torch.zeros(4, 10))  # root 5 after 4; 7 and 9 after 5; 8 after 7
+    assert {(4, 5), (5, 7), (7, 8), (5, 9)} <= set(drafter.recycler.table.pairs)
+
+
 @pytest.fixture(scope="module")
 def llama():
     return tiny_llama()

@@ -26,6 +26,12 @@ def split_pad(spec: str) -> tuple[str, bool | None]:
     return rest, flags.get("pad")
 
 
+def split_pairs(spec: str) -> tuple[str, bool]:
+    """(the method spec without its ``pairs=`` item, whether recycling keeps rows per (previous, token) pair)."""
+    rest, flags = _split_flags(spec, ("pairs",))
+    return rest, bool(flags.get("pairs", True))
+
+
 def _split_flags(spec: str, names: Sequence[str]) -> tuple[str, dict[str, bool]]:
     kept, flags = [], {}
     for item in str(spec).split(","):
@@ -70,17 +76,19 @@ def bench_main(
     for spec in configs:
         spec, carry = split_carry(spec)
         spec, pad = split_pad(spec)
-        parsed.append((*parse_method(spec), carry, pad))
+        spec, pairs = split_pairs(spec)
+        parsed.append((*parse_method(spec), carry, pad, pairs))
     if not configs and not profiles:
-        parsed = [(c, None, False, None) for c in default_configs().values()]
+        parsed = [(c, None, False, None, True) for c in default_configs().values()]
     named: dict[str, Any] = {}
-    for c, pol, carry, pad in parsed:
-        base = config_label(c, pol) + (" carried" if carry else "") + {None: "", True: " padded", False: " unpadded"}[pad]
+    for c, pol, carry, pad, pairs in parsed:
+        base = (config_label(c, pol) + (" carried" if carry else "") + {None: "", True: " padded", False: " unpadded"}[pad]
+                + ("" if pairs else " unpaired"))
         label, n = base, 2
         while label in named:
             label, n = f"{base}#{n}", n + 1
-        named[label] = ({"config": c, "policy": pol, "carry": carry, "pad": pad} if carry or pad is not None
-                        else c if pol is None else (c, pol))
+        named[label] = ({"config": c, "policy": pol, "carry": carry, "pad": pad, "pairs": pairs}
+                        if carry or pad is not None or not pairs else c if pol is None else (c, pol))
     prompt_sets = load_sets(sets.split(","), limit=prompts, heldout=heldout)
     lm, tok = load(model, dtype=dtype, device=device)
     say = progress or (lambda _msg: None)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import LookaheadConfig
+from ..engine.recycle import NextTokenTable
 from ..errors import WorkloadError
 from ..harness import PLD_TOKENS
 from ..policies import make_policy, needs_cost
@@ -44,6 +45,9 @@ class Method:
     # autolade: generate(pad_single=): a step with nothing to draft packs a filler draft (True), never (False),
     # or as this machine's stored step curve says (None)
     pad: bool | None = None
+    # autolade, recycling: the table also keeps rows per (previous token, token) (True), or per token only
+    # (False: the recycling of before 2026-12-05, for side-by-side runs)
+    pairs: bool = True
 
     def spec(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind}
@@ -59,7 +63,13 @@ class Method:
             out["carry"] = True
         if self.pad is not None:
             out["pad"] = self.pad
+        if not self.pairs:
+            out["pairs"] = False
         return out
+
+    def new_table(self) -> NextTokenTable:
+        """An empty token recycling table of this method's kind."""
+        return NextTokenTable() if self.pairs else NextTokenTable(max_pairs=0)
 
     def make_policy(self, cost: Callable[[float], float] | None = None):
         """A fresh policy for one run; ``cost`` (this machine's c(k)) for the cost-aware policy, looked
@@ -184,7 +194,7 @@ class BenchReport:
             raise WorkloadError("not an autolade benchmark JSON (format autolade-bench/1)")
         methods = [
             Method(m["name"], m["kind"], LookaheadConfig.from_dict(m["config"]) if m.get("config") else None, m.get("policy"),
-                   bool(m.get("carry", False)), m.get("pad"))
+                   bool(m.get("carry", False)), m.get("pad"), bool(m.get("pairs", True)))
             for m in data["methods"]
         ]
         summary_fields = {f for f in Summary.__dataclass_fields__}

@@ -95,12 +95,17 @@ def _methods(configs: Mapping[str, Any], baselines: Sequence[str]) -> list[Metho
         elif isinstance(value, LookaheadConfig):
             method = Method(str(name), "autolade", value)
         elif isinstance(value, Mapping) and isinstance(value.get("config"), LookaheadConfig):
-            pad = value.get("pad")
+            pad, pairs = value.get("pad"), value.get("pairs", True)
             if pad is not None and not isinstance(pad, bool):
                 raise ConfigError(f"config {name!r}: pad must be True, False or None (the stored curve decides), got {pad!r}")
-            method = Method(str(name), "autolade", value["config"], value.get("policy"), bool(value.get("carry", False)), pad)
+            if not isinstance(pairs, bool):
+                raise ConfigError(f"config {name!r}: pairs must be True or False, got {pairs!r}")
+            method = Method(str(name), "autolade", value["config"], value.get("policy"), bool(value.get("carry", False)), pad,
+                            pairs)
             if method.carry and not method.config.recycle:
                 raise ConfigError(f"config {name!r}: carry keeps the token recycling table; it needs recycle > 0")
+            if not method.pairs and not method.config.recycle:
+                raise ConfigError(f"config {name!r}: pairs=0 shapes the token recycling table; it needs recycle > 0")
         elif isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], LookaheadConfig):  # (config, policy)
             method = Method(str(name), "autolade", value[0], value[1])
         else:
@@ -269,7 +274,8 @@ def run_benchmark(
                 if index == 0:
                     for _ in range(warmup):
                         for m in methods:
-                            done = _run_method(model, m, ids, max_new_tokens, cost)  # carrying or not: a fresh table
+                            done = _run_method(model, m, ids, max_new_tokens, cost,  # carrying or not: a fresh table
+                                               None if m.pairs else m.new_table())
                             warm.append({"method": m.name, "prompt": pid, "time_s": done.seconds,
                                          "new_tokens": len(done.tokens)})
                 loads.append(load_average())
@@ -278,14 +284,15 @@ def run_benchmark(
                 times: dict[str, list[float]] = {m.name: [] for m in methods}
                 shares: dict[str, float | None] = {}
                 threads = max(torch.get_num_threads(), 1)
-                before = {m.name: carried.get((m.name, set_name)) or NextTokenTable() for m in methods if m.carry}
+                before = {m.name: carried.get((m.name, set_name)) or m.new_table() for m in methods if m.carry}
                 for rnd in range(repeats):
                     for m in rotate(order, rnd):
-                        table = before[m.name].copy() if m.carry else None  # built before the clock starts
+                        # built before the clock starts; a method without pairs gets its kind of fresh table
+                        table = before[m.name].copy() if m.carry else None if m.pairs else m.new_table()
                         cpu0 = time.process_time()
                         result = _run_method(model, m, ids, max_new_tokens, cost, table)
                         cpu = time.process_time() - cpu0
-                        if table is not None and rnd == 0:
+                        if m.carry and rnd == 0:
                             carried[(m.name, set_name)] = table  # what the next prompt starts from
                         times[m.name].append(result.seconds)
                         if m.name not in outputs or result.seconds < outputs[m.name].seconds:

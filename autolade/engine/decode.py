@@ -19,7 +19,7 @@ from .layout import DraftTree, Layout, PackedStep, additive_mask
 from .memory import AnswerMemory, MemorySource
 from .pool import NgramPool, PoolSource
 from .prompt_lookup import PromptLookupSource
-from .recycle import NextTokenTable, RecycleSource
+from .recycle import EMPTY, NextTokenTable, RecycleSource
 from .sources import Candidates, DraftSource
 from .steps import Policy, StaticPolicy, StepOutcome, StepPlan
 from .verify import GreedyVerifier
@@ -160,10 +160,21 @@ class Drafter:
             self.sources.append(self.recycler)
         self.commit(prompt)
 
-    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
-        """The model's next-token logits [m, V] after the m packed ``tokens``: token recycling learns from them."""
+    def observe(self, tree: DraftTree, logits: torch.Tensor) -> None:
+        """The model's next-token logits [m, V] after the tree's first m nodes: token recycling learns from
+        them, per token and per (the token before it, token)."""
         if self.recycler is not None:
-            self.recycler.table.observe(tokens, logits)
+            m = logits.shape[0]
+            before = self.tokens[-2] if len(self.tokens) > 1 else EMPTY  # the root's previous token
+            previous = [before] + [tree.tokens[p] for p in tree.parent[1:m]]
+            self.recycler.table.observe(tree.tokens[:m], logits, previous=previous)
+
+    def observe_prompt(self, prompt: Sequence[int], logits: torch.Tensor) -> None:
+        """The prefill's next-token logits [m, V] after the prompt's last m tokens."""
+        if self.recycler is not None:
+            m = logits.shape[0]
+            previous = ([EMPTY] + list(prompt))[-m - 1 : -1]
+            self.recycler.table.observe(list(prompt)[-m:], logits, previous=previous)
 
     def tree(self, plan: StepPlan) -> Drafted:
         """The draft tree for this step: every source's candidates, in source order."""
@@ -239,7 +250,7 @@ def lookahead_step(
         logits = decode_one_token(runner, cache, tree.tokens[0])
         tok = verifier.first(logits, drafter.tokens)
         forward_s = clock.since(tf)
-        drafter.observe(tree.tokens, logits[None])
+        drafter.observe(tree, logits[None])
         return [tok], StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
                                   accepted_from="none", step_s=clock.since(t0), forward_s=forward_s,
                                   match_len=lookup.match_len, shadow=lookup.shadow, emitted=(tok,))
@@ -249,7 +260,7 @@ def lookahead_step(
     logits = runner.forward(step.input_ids, step.position_ids, cache, mask=mask, keep=step.keep)  # [m, V]
     path, new = verifier.verify(tree, logits[: step.n_tree], drafter.tokens)  # waits for the forward
     forward_s = clock.since(tf)
-    drafter.observe(tree.tokens, logits[: step.n_tree])
+    drafter.observe(tree, logits[: step.n_tree])
     if rows is not None:
         drafter.advance_window(logits[step.n_tree :].argmax(-1).tolist())
     cache.keep(base, [0] + path)
@@ -345,7 +356,7 @@ def lookahead_decode(
             seen = min(len(prompt_list), PROMPT_OBSERVED) if drafter.recycler is not None else 1
             logits = prefill(runner, cache, prompt.to(runner.device), keep=seen)  # [seen, V]
             first = verifier.first(logits[-1], prompt_list)
-            drafter.observe(prompt_list[-seen:], logits)  # token recycling starts from the prompt's predictions
+            drafter.observe_prompt(prompt_list, logits)  # token recycling starts from the prompt's predictions
             log.prefill_ms = clock.since(t0) * 1e3
             if max_new_tokens <= 0:
                 log.stop_reason = "max_new_tokens"
