@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from .acceptance import AcceptanceRow, AcceptanceTable, Setting, replayable, row_from_runs
+from .acceptance import AcceptanceRow, AcceptanceTable, Setting, replayable
+from .acceptance_measure import row_from_runs
 from .errors import ProfileError
 
 

@@ -160,12 +160,12 @@ _BOUND_EXAMPLES = ((2, 3, 2), (4, 4, 4), (7, 4, 7), (15, 5, 15))  # W/N/G rows s
 def profile_command(model, dtype, plot, quick, verify):
     """Profile this hardware and MODEL's step-latency curve; save the curve in the store, and per
     workload the setting an acceptance table predicts best on it (a "predicted" profile)."""
-    from .acceptance import model_tokenizer_fingerprints
     from .curve import stored_dtype_advice
     from .hardware import measure_step_curve, plot_curve, probe_hardware
     from .models import load, model_fingerprint
     from .store import ProfileStore
     from .tables import find_table
+    from .vocab_fingerprint import model_tokenizer_fingerprints
 
     if verify < 0:
         raise click.BadParameter("--verify must be 0 (off) or a number of prompts")
@@ -485,19 +485,18 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
         REPLAYED_ON,
         compact_grid,
         default_grid,
-        empty_table,
         engine_prompt_set,
         lookup_grid,
-        measure_acceptance,
-        model_tokenizer_fingerprints,
         read_acceptance_file,
         replayable,
         write_acceptance_file,
     )
+    from .acceptance_measure import empty_table, measure_acceptance
     from .acceptance_replay import add_replayed_rows, read_traces
     from .models import model_fingerprint
     from .prompts import HOLDOUT_FRACTION, encode_prompt, load_workload, split_workload, workload_tag
     from .store import ProfileStore
+    from .vocab_fingerprint import model_tokenizer_fingerprints
 
     if n_prompts < 1:
         raise click.BadParameter("--prompts must be at least 1")

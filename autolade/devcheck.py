@@ -234,11 +234,11 @@ class DeviceCheck:
         record["spare_compute"] = {str(c): curve.spare_compute(c) for c in curve.points}
 
     def _settings(self, record: dict[str, Any], deadline: float) -> None:
-        from .acceptance import tokenizer_fingerprints
         from .harness import setting_label
         from .models import model_fingerprint
         from .settings import resolve_settings
         from .tables import find_table, predicted_settings
+        from .vocab_fingerprint import tokenizer_fingerprints
 
         model, tok = self.model(self.sizes.models[0], self.sizes.bench_dtype)
         fp = model_fingerprint(model)

@@ -10,10 +10,12 @@ corrupt store, rows that are not token ids) is left untouched: decoding goes on 
 ``res.stats.memory`` says why.
 
 The bank also keeps, per (model, workload), the token recycling table (``NextTokenTable``: the
-model's own top-8 next tokens after each token, and how often each rank was right) from one
+model's own top-8 next tokens after each token and after each recent (previous, token) pair, and how
+often each rank was right) from one
 generation to the next, so recycled drafts start from what earlier answers taught. It is read from
 the ``recycling`` table of the same file on first use in a process and saved after every answer
-the bank remembers (only the tokens that have a row: int32 ids, zlib-compressed, tens of KB), so a
+the bank remembers (only the tokens that have a row, and the pair rows: int32 ids, zlib-compressed,
+tens of KB to ~2 MB), so a
 one-shot ``autolade generate`` drafts from what earlier runs taught. It is a cache of the model's
 own predictions: processes that write it at once keep the last writer's table (nothing of the
 answers is lost), and a saved table that fails its checks (another vocabulary, ids out of range,
@@ -178,6 +180,7 @@ def _tokens(text: Any, vocab_size: int) -> list[int] | None:
 # --- the store's recycling table ---------------------------------------------------------------
 
 MAX_K = 64  # next tokens per token a saved table may keep
+MAX_SAVED_PAIRS = 1 << 20  # (previous, token) rows a saved table may hold
 
 
 def encode_recycling(table: NextTokenTable, *, vocab_size: int) -> dict[str, Any]:
@@ -186,34 +189,32 @@ def encode_recycling(table: NextTokenTable, *, vocab_size: int) -> dict[str, Any
     keep = (ids < vocab_size) & (rows[:, 0] < vocab_size)  # a row whose top token is past the vocabulary: dropped
     ids, rows = ids[keep], np.where(rows < vocab_size, rows, -1)[keep]
     packed = np.concatenate([ids[:, None], rows], axis=1).astype("<i4")  # [n, 1 + k]
+    keys, nexts = table.known_pairs()  # [p, 2], [p, k]
+    keep = (keys < vocab_size).all(axis=1) & (nexts[:, 0] < vocab_size)
+    pairs = np.concatenate([keys, np.where(nexts < vocab_size, nexts, -1)], axis=1)[keep].astype("<i4")  # [p, 2 + k]
     return {"k": table.k, "vocab_size": int(vocab_size), "known": int(len(ids)),
-            "rows": zlib.compress(packed.tobytes(), 1),
+            "rows": zlib.compress(packed.tobytes(), 1), "pairs": zlib.compress(pairs.tobytes(), 1),
             "hits": json.dumps({"hits": list(table.hits.hits), "seen": table.hits.seen}),
             "updated": now_iso(), "autolade_version": autolade_version()}
 
 
 def decode_recycling(row: dict[str, Any], *, vocab_size: int) -> NextTokenTable:
     """The table a ``recycling`` row holds, checked field by field; ProfileError naming what is wrong."""
-    k, vocab, blob = row.get("k"), row.get("vocab_size"), row.get("rows")
+    k, vocab = row.get("k"), row.get("vocab_size")
     if type(k) is not int or not 1 <= k <= MAX_K:
         raise ProfileError(f"k must be an integer in 1..{MAX_K}, got {k!r}")
     if vocab != vocab_size:
         raise ProfileError(f"it was saved for a vocabulary of {vocab!r} ids, this model has {vocab_size}")
-    if not isinstance(blob, bytes):
-        raise ProfileError("its rows are not a blob")
-    width, limit = 4 * (1 + k), 4 * (1 + k) * vocab_size  # bytes per row, at most one row per id
-    try:
-        raw = zlib.decompressobj().decompress(blob, limit + 1)
-    except zlib.error as exc:
-        raise ProfileError(f"its rows do not decompress ({exc})") from None
-    if len(raw) > limit or len(raw) % width:
-        raise ProfileError(f"its rows hold {len(raw)} bytes, not whole rows of {width} for at most {vocab_size} ids")
-    packed = np.frombuffer(raw, dtype="<i4").reshape(-1, 1 + k).astype(np.int64)  # [n, 1 + k]
+    packed = _unpack(row.get("rows"), "rows", key_width=1, k=k, most=vocab_size, vocab_size=vocab_size)  # [n, 1 + k]
     ids, nexts = packed[:, 0], packed[:, 1:]
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size or len(np.unique(ids)) != len(ids)):
+    if ids.size and len(np.unique(ids)) != len(ids):
         raise ProfileError(f"its token ids are not distinct ids in [0, {vocab_size})")
-    if nexts.size and (nexts.min() < -1 or nexts.max() >= vocab_size or (nexts[:, 0] == -1).any()):
-        raise ProfileError(f"its next tokens are not ids in [0, {vocab_size}) (or -1 after the first)")
+    pairs = None
+    if row.get("pairs") is not None:  # NULL: saved before pair rows
+        both = _unpack(row["pairs"], "pair rows", key_width=2, k=k, most=MAX_SAVED_PAIRS, vocab_size=vocab_size)
+        if len(np.unique(both[:, :2], axis=0)) != len(both):
+            raise ProfileError("its pair rows repeat a (previous, token) pair")
+        pairs = (both[:, :2], both[:, 2:])
     try:
         rates = json.loads(row.get("hits") or "")
         hits, seen = rates["hits"], rates["seen"]
@@ -222,7 +223,28 @@ def decode_recycling(row: dict[str, Any], *, vocab_size: int) -> NextTokenTable:
     if not is_number(seen) or seen < 0 or not isinstance(hits, list) or len(hits) != k \
             or not all(is_number(h) and 0 <= h <= seen for h in hits):
         raise ProfileError(f"its rank hits must be {k} counts between 0 and seen ({seen!r})")
-    return NextTokenTable.from_known(ids, nexts, hits=hits, seen=seen)
+    return NextTokenTable.from_known(ids, nexts, hits=hits, seen=seen, pairs=pairs)
+
+
+def _unpack(blob: Any, what: str, *, key_width: int, k: int, most: int, vocab_size: int) -> np.ndarray:
+    """[n, key_width + k] int64 from a zlib blob of int32 rows: ``key_width`` ids, then k next tokens (the
+    first an id, the rest ids or -1); at most ``most`` rows; ProfileError naming ``what`` is wrong."""
+    if not isinstance(blob, bytes):
+        raise ProfileError(f"its {what} are not a blob")
+    width = 4 * (key_width + k)  # bytes per row
+    try:
+        raw = zlib.decompressobj().decompress(blob, width * most + 1)
+    except zlib.error as exc:
+        raise ProfileError(f"its {what} do not decompress ({exc})") from None
+    if len(raw) > width * most or len(raw) % width:
+        raise ProfileError(f"its {what} hold {len(raw)} bytes, not whole rows of {width} (at most {most} of them)")
+    packed = np.frombuffer(raw, dtype="<i4").reshape(-1, key_width + k).astype(np.int64)  # [n, key_width + k]
+    keys, nexts = packed[:, :key_width], packed[:, key_width:]
+    if keys.size and (keys.min() < 0 or keys.max() >= vocab_size):
+        raise ProfileError(f"its {what}' token ids are not ids in [0, {vocab_size})")
+    if nexts.size and (nexts.min() < -1 or nexts.max() >= vocab_size or (nexts[:, 0] == -1).any()):
+        raise ProfileError(f"its {what}' next tokens are not ids in [0, {vocab_size}) (or -1 after the first)")
+    return packed
 
 
 # --- the store's memory table ------------------------------------------------------------------

@@ -178,7 +178,7 @@ class SettingsResolver:
             return config, "default (built-in; run `autolade profile` or `autolade tune` for this machine)", policy
         found = None
         if tokenizer is not None:
-            from .acceptance import model_tokenizer_fingerprints
+            from .vocab_fingerprint import model_tokenizer_fingerprints
 
             found = self._table(model, tag or "chat", model_tokenizer_fingerprints(model, tokenizer))
         if found is not None and found[0] is not None:

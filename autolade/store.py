@@ -1,6 +1,6 @@
 """The profile store: one SQLite file (``user_dir()/autolade.db``) of tuned profiles and step curves.
 
-- Schema by append-only migrations, recorded in ``_migrations``: never edit one, only append.
+- Schema by append-only migrations (``migrations.py``), recorded in ``_migrations``: never edit one, only append.
 - WAL mode and a busy timeout, so two processes saving at once lose nothing.
 - A file that is not SQLite, or an SQLite file autolade did not create, is refused with a
   ``StoreError`` and left exactly as it was.
@@ -26,6 +26,7 @@ from .acceptance import FORMAT as ACCEPTANCE_FORMAT
 from .config import LookaheadConfig
 from .curve import StepCurve
 from .errors import ProfileError, StoreError
+from .migrations import MIGRATIONS, applied_migrations, immediate, migrate
 from .paths import repo_profiles_dir, user_dir
 from .profile_format import (
     FORMAT,
@@ -59,168 +60,6 @@ __all__ = [
 DB_NAME = "autolade.db"
 SQLITE_HEADER = b"SQLite format 3\x00"
 DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
-
-
-# --- migrations (append-only: add new ones at the end, never edit or reorder) --------------
-
-
-def _m0001_profiles(db: sqlite_utils.Database) -> None:
-    db["profiles"].create(
-        {
-            "id": int,
-            "hardware_fingerprint": str,
-            "hardware_class": str,
-            "hardware_summary": str,
-            "model_name": str,
-            "model_config_hash": str,
-            "model_fingerprint": str,
-            "dtype": str,
-            "workload": str,
-            "settings": str,  # LookaheadConfig as JSON
-            "policy": str,  # JSON or NULL
-            "speedup": float,
-            "tokens_per_s": float,
-            "baseline_tokens_per_s": float,
-            "prompt_set": str,
-            "created": str,
-            "autolade_version": str,
-            "step_curve": str,  # StepCurve JSON or NULL
-            "notes": str,
-        },
-        pk="id",
-        not_null={"hardware_fingerprint", "hardware_class", "model_name", "model_fingerprint", "dtype", "workload", "settings"},
-    )
-
-
-def _m0002_curves(db: sqlite_utils.Database) -> None:
-    db["curves"].create(
-        {
-            "id": int,
-            "hardware_fingerprint": str,
-            "hardware_class": str,
-            "hardware_summary": str,
-            "model_name": str,
-            "model_config_hash": str,
-            "model_fingerprint": str,
-            "dtype": str,
-            "curve": str,  # StepCurve JSON
-            "created": str,
-            "autolade_version": str,
-        },
-        pk="id",
-        not_null={"hardware_fingerprint", "model_fingerprint", "dtype", "curve"},
-    )
-
-
-def _m0003_indexes(db: sqlite_utils.Database) -> None:
-    db["profiles"].create_index(["model_fingerprint", "dtype", "workload", "hardware_fingerprint"], index_name="idx_profiles_exact")
-    db["profiles"].create_index(["model_fingerprint", "dtype", "workload", "hardware_class"], index_name="idx_profiles_class")
-    db["curves"].create_index(["model_fingerprint", "dtype", "hardware_fingerprint"], index_name="idx_curves_key")
-
-
-def _m0004_acceptance(db: sqlite_utils.Database) -> None:
-    db["acceptance"].create(
-        {
-            "id": int,
-            "model_name": str,
-            "model_config_hash": str,
-            "model_fingerprint": str,
-            "tokenizer_fingerprint": str,
-            "workload": str,
-            "dtype": str,
-            "acceptance_table": str,  # AcceptanceTable JSON
-            "created": str,
-            "autolade_version": str,
-        },
-        pk="id",
-        not_null={"model_fingerprint", "tokenizer_fingerprint", "workload", "dtype", "acceptance_table"},
-    )
-    db["acceptance"].create_index(["model_fingerprint", "tokenizer_fingerprint", "workload", "dtype"], index_name="idx_acceptance_key")
-
-
-def _m0005_memory(db: sqlite_utils.Database) -> None:
-    db["memory"].create(
-        {
-            "id": int,
-            "model_fingerprint": str,  # name:config_hash
-            "workload": str,
-            "tokens": str,  # one answer's token ids, JSON list
-            "n_tokens": int,
-            "source": str,  # "generate", "import:<file>"
-            "created": str,
-            "autolade_version": str,
-        },
-        pk="id",
-        not_null={"model_fingerprint", "workload", "tokens"},
-    )
-    db["memory"].create_index(["model_fingerprint", "workload", "id"], index_name="idx_memory_key")
-
-
-def _m0006_recycling(db: sqlite_utils.Database) -> None:
-    db["recycling"].create(
-        {
-            "model_fingerprint": str,  # name:config_hash
-            "workload": str,
-            "k": int,  # next tokens kept per token
-            "vocab_size": int,  # the model's vocabulary: every id below it
-            "known": int,  # tokens with a row
-            "rows": bytes,  # zlib of little-endian int32 [known, 1 + k]: a token id, then its k next tokens (-1: none)
-            "hits": str,  # JSON {"hits": [k numbers], "seen": number}: how often the next token sat at each rank
-            "updated": str,
-            "autolade_version": str,
-        },
-        pk=("model_fingerprint", "workload"),
-        not_null={"model_fingerprint", "workload", "k", "vocab_size", "rows", "hits"},
-    )
-
-
-Migration = tuple[str, Callable[[sqlite_utils.Database], None]]
-MIGRATIONS: tuple[Migration, ...] = (
-    ("0001_profiles", _m0001_profiles),
-    ("0002_curves", _m0002_curves),
-    ("0003_indexes", _m0003_indexes),
-    ("0004_acceptance", _m0004_acceptance),
-    ("0005_memory", _m0005_memory),
-    ("0006_recycling", _m0006_recycling),
-)
-
-
-def applied_migrations(db: sqlite_utils.Database) -> list[str]:
-    if "_migrations" not in db.table_names():
-        return []
-    return [row["name"] for row in db.query("select name from _migrations order by rowid")]
-
-
-def migrate(db: sqlite_utils.Database, migrations: Iterable[Migration] = MIGRATIONS) -> list[str]:
-    """Apply the migrations not yet recorded, in order, in one write transaction. Returns their names.
-
-    ``BEGIN IMMEDIATE`` takes the write lock before reading what is applied, so two processes
-    opening a fresh file at once migrate it exactly once.
-    """
-    newly = []
-    with _immediate(db.conn):
-        db.execute("create table if not exists _migrations (name text primary key, applied text not null)")
-        done = set(applied_migrations(db))
-        for name, apply in migrations:
-            if name in done:
-                continue
-            apply(db)
-            db.execute("insert into _migrations (name, applied) values (?, ?)", [name, now_iso()])
-            newly.append(name)
-    return newly
-
-
-@contextlib.contextmanager
-def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error. sqlite-utils calls inside nest as savepoints."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 # --- the store ------------------------------------------------------------------------------
@@ -463,8 +302,9 @@ class ProfileStore:
     def find_acceptance(self, *, model_fingerprint: str | dict[str, str], tokenizer_fingerprint: str | Sequence[str],
                         workload: str, dtype: str) -> Any:
         """The most recent ``AcceptanceTable`` for this key, or None. ``tokenizer_fingerprint``: one, or
-        every fingerprint the tokenizer's tables may carry (``acceptance.tokenizer_fingerprints``)."""
-        from .acceptance import AcceptanceTable, as_fingerprints
+        every fingerprint the tokenizer's tables may carry (``vocab_fingerprint.tokenizer_fingerprints``)."""
+        from .acceptance import AcceptanceTable
+        from .vocab_fingerprint import as_fingerprints
 
         model_fingerprint = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
         fps = as_fingerprints(tokenizer_fingerprint)
@@ -502,7 +342,7 @@ class ProfileStore:
         A deferred transaction that reads first can fail at once with SQLITE_BUSY in WAL mode
         when another process commits in between; BEGIN IMMEDIATE waits instead.
         """
-        with _immediate(self.db.conn):
+        with immediate(self.db.conn):
             yield
 
     @contextlib.contextmanager

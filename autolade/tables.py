@@ -22,9 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .acceptance import FORMAT, AcceptanceTable, Setting, as_fingerprints
+from .acceptance import FORMAT, AcceptanceTable, Setting
 from .errors import ProfileError
 from .profile_format import DTYPES, model_key
+from .vocab_fingerprint import as_fingerprints
 
 PREDICTED = "predicted"  # a Profile whose notes start with this was chosen from a table, not tuned
 
@@ -61,7 +62,7 @@ def find_table(store: Any, *, model_fingerprint: str | dict[str, str], tokenizer
     """(table, source) for this model, tokenizer, workload and dtype: the store's, else a shipped one
     (``table_dirs``, default the repo's ``profiles/``); then the same for the other dtypes of the
     model. ``(None, why)`` when there is none. ``tokenizer_fingerprint``: one, or all the tokenizer's
-    (``acceptance.tokenizer_fingerprints``: current and legacy)."""
+    (``vocab_fingerprint.tokenizer_fingerprints``: current and legacy)."""
     from .paths import repo_profiles_dir
 
     fp = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint

@@ -360,8 +360,10 @@ def record_trial(store, model, tokenizer, runs: Sequence[tuple[int, Any]], cand:
     ``res.stats`` per prompt; no extra run) and add it to the store's acceptance table for this model,
     workload and dtype as a new row (a table is started if none exists; a setting the table has already
     measured is kept as it was). Returns the table's store id, or None when skipped."""
-    from .acceptance import Setting, empty_table, model_tokenizer_fingerprints, row_from_runs
+    from .acceptance import Setting
+    from .acceptance_measure import empty_table, row_from_runs
     from .models import model_fingerprint
+    from .vocab_fingerprint import model_tokenizer_fingerprints
 
     setting = tabulated_setting(cand)
     if store is None or setting is None or not runs:
@@ -561,9 +563,9 @@ def _find_table(store, model, tokenizer, tag: str, dtype: str, log: Callable[[st
     """This model's acceptance table for the workload (``tables.find_table``), or None."""
     if store is None or tokenizer is None:
         return None
-    from .acceptance import model_tokenizer_fingerprints
     from .models import model_fingerprint
     from .tables import find_table
+    from .vocab_fingerprint import model_tokenizer_fingerprints
 
     table, source = find_table(store, model_fingerprint=model_fingerprint(model),
                                tokenizer_fingerprint=model_tokenizer_fingerprints(model, tokenizer), workload=tag, dtype=dtype)

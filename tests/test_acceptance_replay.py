@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autolade.acceptance import GREEDY_SETTING, AcceptanceTable, Setting, empty_table, measure_acceptance, measure_row
+from autolade.acceptance import GREEDY_SETTING, AcceptanceTable, Setting
+from autolade.acceptance_measure import empty_table, measure_acceptance, measure_row
 from autolade.acceptance_replay import add_replayed_rows
 from autolade.config import SCALED_LOOKUP, LookaheadConfig
 from autolade.errors import ProfileError

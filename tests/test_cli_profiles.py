@@ -142,8 +142,8 @@ def test_profile_stores_a_predicted_profile_that_generate_reports(home, tmp_path
     from test_tables import synthetic_table
 
     from autolade import api
-    from autolade.acceptance import model_tokenizer_fingerprint
     from autolade.models import model_fingerprint
+    from autolade.vocab_fingerprint import model_tokenizer_fingerprint
 
     model_dir = tiny_model_dir(tmp_path / "tiny-llama")
     mdl, tok = api.load(str(model_dir))

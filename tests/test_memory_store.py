@@ -168,9 +168,11 @@ def test_a_memory_of_another_model_or_tokenizer_is_refused(tmp_path):
 
 
 def _teach(table, vocab=100, seed=0):
-    """Packs 12 tokens and their [12, vocab] logits into ``table``, and records a few rank hits."""
+    """Packs 12 tokens (each after a previous one) and their [12, vocab] logits into ``table``, and records
+    a few rank hits."""
     g = torch.Generator().manual_seed(seed)
-    table.observe(torch.randperm(vocab, generator=g)[:12].tolist(), torch.randn(12, vocab, generator=g))
+    order = torch.randperm(vocab, generator=g)
+    table.observe(order[:12].tolist(), torch.randn(12, vocab, generator=g), previous=order[12:24].tolist())
     for rank in (0, 0, 2, None):
         table.hits.record(rank)
 
@@ -189,6 +191,8 @@ def test_a_saved_recycling_table_is_what_the_next_process_starts_from(tmp_path):
     assert note == "12 of them saved by earlier runs" and again.known == 12
     assert again.k == table.k and all(np.array_equal(a, b) for a, b in zip(again.known_rows(), table.known_rows()))
     assert all(np.array_equal(again.row(t), table.row(t)) for t in range(100))
+    assert all(np.array_equal(a, b) for a, b in zip(again.known_pairs(), table.known_pairs()))  # oldest first
+    assert len(again.pairs) == 12
     assert again.hits.hits == table.hits.hits and again.hits.seen == table.hits.seen == 4
     assert MemoryBank(db).recycled(model_key=MODEL, workload="code", vocab_size=100)[0].known == 0  # its own key
     assert one.recycled(model_key=MODEL, workload="chat", vocab_size=100) == (table, "")  # read once per process
@@ -208,6 +212,17 @@ def test_next_tokens_past_the_vocabulary_are_not_saved():
     table.observe([7, 8], logits)
     back = decode_recycling(encode_recycling(table, vocab_size=100), vocab_size=100)
     assert back.known == 1 and back.row(8).tolist() == [6, -1] and back.row(7).tolist() == [-1, -1]
+
+
+def test_a_table_saved_before_pair_rows_loads_without_them(tmp_path):
+    row = _saved_row()
+    del row["pairs"]
+    db = tmp_path / "a.db"
+    with ProfileStore(db) as store:
+        store.db["recycling"].insert({"model_fingerprint": MODEL, "workload": "chat", **row})
+        assert store.db["recycling"].get((MODEL, "chat"))["pairs"] is None  # the column 0007 added: NULL
+    table, note = MemoryBank(db).recycled(model_key=MODEL, workload="chat", vocab_size=100)
+    assert table.known == 12 and table.pairs == {} and note == "12 of them saved by earlier runs"
 
 
 def _blob(rows):
@@ -235,6 +250,12 @@ def _saved_row(**changes):
         ({"rows": _blob([[3, -1] + [1] * 7])}, "next tokens"),
         ({"rows": _blob([[3, 400] + [1] * 7])}, "next tokens"),
         ({"rows": zlib.compress(bytes(4 * 9 * 101))}, "not whole rows"),  # more rows than ids
+        ({"pairs": b"not zlib"}, "pair rows do not decompress"),
+        ({"pairs": "text"}, "pair rows are not a blob"),
+        ({"pairs": _blob([[1, 2] + [3] * 8, [1, 2] + [4] * 8])}, "repeat a"),
+        ({"pairs": _blob([[1, 100] + [3] * 8])}, "pair rows' token ids"),
+        ({"pairs": _blob([[1, 2, -1] + [3] * 7])}, "pair rows' next tokens"),
+        ({"pairs": zlib.compress(b"\x01" * 20)}, "pair rows hold 20 bytes"),
         ({"hits": "{broken"}, "rank hits"),
         ({"hits": '{"hits": [1, 2], "seen": 4}'}, "8 counts"),
         ({"hits": '{"hits": [9, 0, 0, 0, 0, 0, 0, 0], "seen": 4}'}, "8 counts"),

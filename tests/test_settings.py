@@ -124,7 +124,7 @@ def test_a_smooth_cpu_curve_without_a_table_gives_the_builtin_default(llama):
 def test_a_flat_curve_and_a_table_whose_window_accepts_give_the_predicted_window(llama):
     from test_tables import WINDOW, FakeTokenizer, synthetic_table
 
-    from autolade.acceptance import model_tokenizer_fingerprint
+    from autolade.vocab_fingerprint import model_tokenizer_fingerprint
 
     _save_curve(llama, {300: {1: 10.0, 8: 10.0, 32: 10.2, 128: 10.5}})  # a GPU: packed tokens are free
     tok = FakeTokenizer()

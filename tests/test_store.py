@@ -1,4 +1,4 @@
-"""The SQLite profile store, its migrations, lookup order and the JSON sharing format."""
+"""The SQLite profile store, its lookup order and the JSON sharing format (the schema: test_migrations.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import sqlite_utils
 
 from autolade.config import LookaheadConfig
 from autolade.curve import StepCurve
@@ -22,7 +21,6 @@ from autolade.store import (
     applied_migrations,
     export_profile,
     import_profile,
-    migrate,
     model_key,
     profile_to_json,
 )
@@ -63,47 +61,6 @@ def find(store: ProfileStore, **changes):
 
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-# --- migrations --------------------------------------------------------------------------
-
-
-def test_migrations_are_append_only():
-    # Never edit, remove or reorder these: only append. A database records what it applied.
-    assert [name for name, _ in MIGRATIONS][:3] == ["0001_profiles", "0002_curves", "0003_indexes"]
-
-
-def test_migrate_in_memory():
-    db = sqlite_utils.Database(memory=True)
-    assert migrate(db) == [name for name, _ in MIGRATIONS]
-    assert applied_migrations(db) == [name for name, _ in MIGRATIONS]
-    assert {"profiles", "curves", "_migrations"} <= set(db.table_names())
-    assert migrate(db) == []  # idempotent
-
-
-def test_migrate_applies_only_what_is_missing():
-    db = sqlite_utils.Database(memory=True)
-    assert migrate(db, MIGRATIONS[:1]) == ["0001_profiles"]
-    assert "curves" not in db.table_names()
-    assert migrate(db) == [name for name, _ in MIGRATIONS[1:]]
-    later = (*MIGRATIONS, ("0099_test_column", lambda d: d["profiles"].add_column("extra", str)))
-    assert migrate(db, later) == ["0099_test_column"]
-    assert "extra" in db["profiles"].columns_dict
-    assert applied_migrations(db)[-1] == "0099_test_column"
-
-
-def test_failed_migration_rolls_back():
-    db = sqlite_utils.Database(memory=True)
-    migrate(db)
-
-    def broken(d):
-        d["profiles"].add_column("half", str)
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError):
-        migrate(db, (*MIGRATIONS, ("0099_broken", broken)))
-    assert "0099_broken" not in applied_migrations(db)
-    assert "half" not in db["profiles"].columns_dict
 
 
 # --- rows --------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ FP = {"name": "m", "config_hash": "h", "dtype": "float32"}
 
 
 class FakeTokenizer:
-    """Just what ``acceptance.tokenizer_fingerprint`` reads."""
+    """Just what ``vocab_fingerprint.tokenizer_fingerprint`` reads."""
 
     special_tokens_map = {"eos_token": "</s>"}
     all_special_ids = [2]
@@ -205,11 +205,11 @@ def test_record_trial_adds_a_row_to_the_store_table():
     import torch
     from tiny import tiny_llama
 
-    from autolade.acceptance import model_tokenizer_fingerprint
     from autolade.api import generate
     from autolade.models import model_fingerprint
     from autolade.policies import make_policy
     from autolade.tune import record_trial
+    from autolade.vocab_fingerprint import model_tokenizer_fingerprint
 
     model = tiny_llama()
     prompt = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])
@@ -236,11 +236,11 @@ def test_a_recycling_trial_is_recorded_at_the_price_its_drafts_were_cut_at():
     import torch
     from tiny import tiny_llama
 
-    from autolade.acceptance import model_tokenizer_fingerprint
     from autolade.api import generate
     from autolade.models import model_fingerprint
     from autolade.predict import predict_setting
     from autolade.tune import record_trial
+    from autolade.vocab_fingerprint import model_tokenizer_fingerprint
 
     model = tiny_llama()
     prompt = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])

@@ -32,6 +32,7 @@ from .steps import StepPlan
 
 EMPTY = -1  # a table row the model has not predicted yet; also: no previous token known
 MAX_PAIRS = 65_536  # (previous, token) rows a table keeps, the least recently predicted dropped first
+PAIR_SHIFT = 32  # a pair's key: previous << 32 | token (ints: no tuple per pair for the garbage collector to walk)
 
 
 class RankHits:
@@ -68,10 +69,10 @@ class NextTokenTable:
         self.k = k
         self.max_pairs = max_pairs
         self.rows = np.full((0, k), EMPTY, dtype=np.int64)  # [V, k]; grown to the vocabulary on first sight
-        self.pairs: dict[tuple[int, int], np.ndarray] = {}  # (previous, token) -> [k], least recently predicted first
+        self.pairs: dict[int, np.ndarray] = {}  # pair key (previous, token) -> [k], least recently predicted first
         self.clock = 0  # observe() calls so far
         self.stamps = np.zeros(0, dtype=np.int64)  # [V]: the clock when each token's row was last written (0: loaded)
-        self.pair_stamps: dict[tuple[int, int], int] = {}  # the same per pair
+        self.pair_stamps: dict[int, int] = {}  # the same per pair key
         self.hits = RankHits(k)  # rank hit rates, learned by RecycleSource.update
 
     def copy(self) -> NextTokenTable:
@@ -99,7 +100,9 @@ class NextTokenTable:
         """(keys [p, 2] of (previous, token), rows [p, k]), least recently predicted first."""
         if not self.pairs:
             return np.zeros((0, 2), dtype=np.int64), np.zeros((0, self.k), dtype=np.int64)
-        return np.array(list(self.pairs), dtype=np.int64), np.stack(list(self.pairs.values()))
+        keys = np.fromiter(self.pairs, dtype=np.int64, count=len(self.pairs))  # [p]
+        both = np.stack([keys >> PAIR_SHIFT, keys & ((1 << PAIR_SHIFT) - 1)], axis=1)  # [p, 2]
+        return both, np.stack(list(self.pairs.values()))
 
     @classmethod
     def from_known(cls, ids: np.ndarray, rows: np.ndarray, *, hits: Sequence[float], seen: float,
@@ -112,8 +115,11 @@ class NextTokenTable:
         table.rows[np.asarray(ids, dtype=np.int64)] = rows
         table.hits.hits, table.hits.seen = [float(h) for h in hits], float(seen)
         if pairs is not None:
-            keys, nexts = pairs  # [p, 2], [p, k]
-            table._remember(keys.tolist(), np.asarray(nexts, dtype=np.int64))
+            keys, nexts = pairs  # [p, 2], [p, k], oldest first
+            keep = slice(max(len(keys) - table.max_pairs, 0), None)  # the newest max_pairs
+            ints = (keys[keep, 0].astype(np.int64) << PAIR_SHIFT) | keys[keep, 1]  # [p]
+            table.pairs = dict(zip(ints.tolist(), np.asarray(nexts, dtype=np.int64)[keep]))
+            table.pair_stamps = dict.fromkeys(table.pairs, 0)  # older than anything observed from here on
         return table
 
     def _grow(self, vocab: int) -> None:
@@ -137,16 +143,14 @@ class NextTokenTable:
         self.clock += 1
         self.rows[np.asarray(tokens, dtype=np.int64)] = top
         self.stamps[np.asarray(tokens, dtype=np.int64)] = self.clock
-        if previous is not None and self.max_pairs:
-            self._remember([[int(p), int(t)] for p, t in zip(previous, tokens)], top)
-
-    def _remember(self, keys: list[list[int]], top: np.ndarray) -> None:
-        """Pair rows: ``keys`` [(previous, token)], ``top`` [m, k]; a known pair moves to the newest end."""
-        for (prev, tok), row in zip(keys, top):
+        if previous is None or not self.max_pairs:
+            return
+        for prev, tok, row in zip(previous, tokens, top):
             if prev != EMPTY:
-                self.pairs.pop((prev, tok), None)
-                self.pairs[prev, tok] = row.copy()
-                self.pair_stamps[prev, tok] = self.clock
+                key = int(prev) << PAIR_SHIFT | int(tok)
+                self.pairs.pop(key, None)  # a known pair moves to the newest end
+                self.pairs[key] = row.copy()
+                self.pair_stamps[key] = self.clock
         if len(self.pairs) > self.max_pairs:  # drop the oldest quarter at once: popping the front one by one is slow
             keep = self.max_pairs - self.max_pairs // 4
             self.pairs = dict(list(self.pairs.items())[-keep:]) if keep else {}
@@ -155,8 +159,9 @@ class NextTokenTable:
     def row(self, token: int, previous: int = EMPTY, *, since: int = 0) -> np.ndarray:
         """The ``k`` next tokens after ``previous, token`` if that pair was seen, else after ``token``
         (EMPTY where none is known). ``since``: a pair row older than it loses to a token row newer than it."""
-        pair = self.pairs.get((previous, token)) if previous != EMPTY else None
-        if pair is not None and (self.pair_stamps.get((previous, token), 0) >= since
+        key = previous << PAIR_SHIFT | token
+        pair = self.pairs.get(key) if previous != EMPTY else None
+        if pair is not None and (self.pair_stamps.get(key, 0) >= since
                                  or not 0 <= token < len(self.stamps) or self.stamps[token] < since):
             return pair
         if 0 <= token < len(self.rows):

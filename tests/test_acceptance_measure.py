@@ -1,0 +1,112 @@
+"""Counting acceptance on the real engine (tiny model; SmolLM2 when slow): the counts are the engine's stats."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+
+from autolade import api
+from autolade.acceptance import GREEDY_SETTING, AcceptanceTable, Setting
+from autolade.acceptance_measure import measure_acceptance
+from autolade.config import GREEDY, SCALED_LOOKUP, LookaheadConfig
+from autolade.errors import ProfileError
+from autolade.models import model_fingerprint
+from tests.tiny import repetitive_prompt, tiny_llama
+
+LOOKUP4 = Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=4, prompt_lookup_drafts=1))
+WINDOW = Setting.of(LookaheadConfig(window=2, ngram=3, guesses=2, prompt_lookup=0))
+
+
+def test_measure_counts_match_the_engine_stats():
+    model = tiny_llama()
+    prompts = [repetitive_prompt(seed=1), repetitive_prompt(seed=2, length=30)[0].tolist()]
+    settings = (GREEDY_SETTING, LOOKUP4, WINDOW, Setting.of(LOOKUP4.config.with_(prompt_lookup=8), policy="lookup"))
+    seen, lines = [], []
+    t = measure_acceptance(model, prompts, settings, max_new_tokens=24, workload="chat", progress=lines.append,
+                           on_row=seen.append)
+    assert [len(s.rows) for s in seen] == [1, 2, 3, 4] and seen[-1] == t and len(lines) == 4
+    fp = model_fingerprint(model)
+    assert (t.model_name, t.model_config_hash, t.dtype) == (fp["name"], fp["config_hash"], "float32")
+    assert t.tokenizer_fingerprint == "ids-only:v96" and t.prompts == 2 and t.max_new_tokens == 24
+    for setting in settings:
+        stats = [api.generate(model, torch.tensor([p]) if isinstance(p, list) else p, max_new_tokens=24,
+                              config=setting.config, policy=setting.policy, memory=False).stats for p in prompts]
+        r = t.row(setting.label)
+        assert r.steps == sum(s.steps for s in stats)
+        assert r.tokens == sum(s.new_tokens - 1 for s in stats)
+        assert r.tokens_per_step_mean == pytest.approx(statistics.fmean(s.tokens_per_step for s in stats))
+        assert r.tokens_per_step == pytest.approx(r.tokens / r.steps)
+        packed = [k for s in stats for k in s.per_step["packed"]]
+        assert r.packed_hist == {k: packed.count(k) for k in set(packed)}
+        assert r.packed_mean == pytest.approx(statistics.fmean(packed))
+        assert r.context_min == 46  # the shorter prompt (30 + 2 x 8 motif tokens): its first step's KV length
+        assert 46 < r.context_median < r.context_max <= 56 + 22  # the longer prompt + all but its last step's tokens
+    assert t.row("greedy").tokens == t.row("greedy").steps and t.row("greedy").packed_hist == {1: t.row("greedy").steps}
+    assert t.row(LOOKUP4.label).tokens_per_step > 1.0  # the repetitive prompts give prompt lookup something to find
+    assert AcceptanceTable.from_json(t.to_json()) == t
+
+
+def test_a_priced_row_counts_what_a_machine_of_that_price_packs():
+    model = tiny_llama()
+    prompts = [repetitive_prompt(seed=1), repetitive_prompt(seed=2, length=30)]
+    recycle = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
+    settings = (Setting.of(recycle), Setting.of(recycle, token_cost=0.5))
+    t = measure_acceptance(model, prompts, settings, max_new_tokens=24, workload="chat")
+    full, dear = (t.row(s.label) for s in settings)
+    stats = [api.generate(model, p, max_new_tokens=24, config=recycle, memory=False, price_drafts=0.5).stats for p in prompts]
+    assert dear.steps == sum(s.steps for s in stats) and dear.packed_hist == {
+        k: sum(s.per_step["packed"].count(k) for s in stats) for k in {k for s in stats for k in s.per_step["packed"]}}
+    assert dear.packed_mean < full.packed_mean  # the price cut the recycled tree
+
+
+def test_an_interrupted_measurement_keeps_its_complete_rows():
+    saved = []
+
+    def save(t):
+        saved.append(t)
+        if len(t.rows) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        measure_acceptance(tiny_llama(), [repetitive_prompt()], (GREEDY_SETTING, LOOKUP4, WINDOW), max_new_tokens=12,
+                           workload="code", on_row=save)
+    assert [r.label for r in saved[-1].rows] == ["greedy", LOOKUP4.label]
+    # resuming measures only what is missing and keeps the interrupted run's rows as they were
+    lines = []
+    done = measure_acceptance(tiny_llama(), [repetitive_prompt()], (GREEDY_SETTING, LOOKUP4, WINDOW), max_new_tokens=12,
+                              workload="code", resume_from=saved[-1], progress=lines.append)
+    assert [r.label for r in done.rows] == ["greedy", LOOKUP4.label, WINDOW.label]
+    assert done.rows[:2] == saved[-1].rows and done.created == saved[-1].created
+    assert sum("measured before (resumed)" in line for line in lines) == 2
+    # a table of another measurement (other length) is not resumed from: everything is measured again
+    other = measure_acceptance(tiny_llama(), [repetitive_prompt()], (GREEDY_SETTING,), max_new_tokens=10,
+                               workload="code", resume_from=saved[-1])
+    assert [r.label for r in other.rows] == ["greedy"] and other.max_new_tokens == 10
+
+
+def test_measure_refuses_bad_arguments():
+    model = tiny_llama()
+    with pytest.raises(ProfileError, match="prompt"):
+        measure_acceptance(model, [], (GREEDY_SETTING,), max_new_tokens=8, workload="chat")
+    with pytest.raises(ProfileError, match="max_new_tokens"):
+        measure_acceptance(model, [repetitive_prompt()], (GREEDY_SETTING,), max_new_tokens=1, workload="chat")
+    with pytest.raises(ProfileError, match="Setting"):
+        measure_acceptance(model, [repetitive_prompt()], (GREEDY,), max_new_tokens=8, workload="chat")
+
+
+@pytest.mark.slow
+def test_measure_smollm2_two_prompts(smollm2):
+    from autolade.prompts import encode_prompt, load_workload
+
+    model, tok = smollm2
+    prompts = [encode_prompt(tok, p.text, kind=p.kind) for p in load_workload("code", limit=2)]
+    settings = (GREEDY_SETTING, Setting.of(SCALED_LOOKUP), Setting.of(LookaheadConfig(window=4, ngram=4, guesses=4, prompt_lookup=0)))
+    t = measure_acceptance(model, prompts, settings, max_new_tokens=32, workload="code", tokenizer=tok)
+    assert t.tokenizer_fingerprint.startswith(f"v{len(tok)}:")
+    assert t.row("greedy").tokens_per_step == 1.0
+    assert t.row("lookup 16x3 scaled").tokens_per_step > 1.0
+    assert t.row("W4 N4 G4").tokens_per_step >= 1.0
+    assert t.row("W4 N4 G4").packed_mean > 1.0
+    assert AcceptanceTable.from_json(t.to_json()) == t
