@@ -1,8 +1,8 @@
 """autolade: exact lookahead decoding for stock Hugging Face causal LMs, tuned to the machine."""
 
-from .api import GenerateResult, GenerateStats, generate, load
-from .config import GREEDY, LookaheadConfig
-from .errors import AutoladeError, ConfigError, InputError, ModelNotFoundError, ProfileError, StoreError
+from autolade.api import GenerateResult, GenerateStats, generate, load
+from autolade.config import GREEDY, LookaheadConfig
+from autolade.errors import AutoladeError, ConfigError, InputError, ModelNotFoundError, ProfileError, StoreError
 
 __all__ = [
     "AutoladeError",

@@ -1,5 +1,5 @@
 """``python3 -m autolade``: the same as the ``autolade`` command."""
 
-from .cli import cli
+from autolade.cli.main import cli
 
 cli()

@@ -8,17 +8,17 @@ from typing import Any
 
 import torch
 
-from .config import LookaheadConfig
-from .engine.clock import DeviceClock
-from .engine.decode import DecodeLog, lookahead_decode
-from .engine.memory import AnswerMemory
-from .engine.recycle import NextTokenTable
-from .engine.sampling import SamplingVerifier, make_verifier, reject_unsupported
-from .errors import ConfigError, InputError
-from .models import eos_ids
-from .policies import Policy, make_policy, needs_cost
-from .prompts import workload_tag
-from .settings import resolve_settings, stored_cost, stored_pads_single, stored_token_cost
+from autolade.config import LookaheadConfig
+from autolade.engine.clock import DeviceClock
+from autolade.engine.decode import DecodeLog, lookahead_decode
+from autolade.engine.memory import AnswerMemory
+from autolade.engine.recycle import NextTokenTable
+from autolade.engine.sampling import SamplingVerifier, make_verifier, reject_unsupported
+from autolade.errors import ConfigError, InputError
+from autolade.machine.models import eos_ids
+from autolade.runtime.policies import Policy, make_policy, needs_cost
+from autolade.runtime.settings import resolve_settings, stored_cost, stored_pads_single, stored_token_cost
+from autolade.store.memory import open_memory
 
 MEMORY_DEFAULT: bool | str = True  # generate(memory=None): see BENCHMARKS.md "N-gram memory" for the measurements behind it
 
@@ -71,7 +71,7 @@ class GenerateResult:
 
 def load(name_or_path: str = "smollm2-135m", *, dtype: str = "float32", trust_remote_code: bool = False):
     """(model, tokenizer) for a registry name, a local HF dir, a cached hub id or a .gguf file."""
-    from .models import load as _load
+    from autolade.machine.models import load as _load
 
     return _load(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
 
@@ -120,7 +120,7 @@ def generate(
     W/G/draft length within the config and never changes the output.
 
     ``memory=True``: earlier answers of this model and workload (the store's n-gram memory, see
-    ``autolade.memory``) are one more draft source, and this answer is remembered; ``"read"``: drafts
+    ``autolade.store.memory``) are one more draft source, and this answer is remembered; ``"read"``: drafts
     from the memory, remembers nothing; an ``AnswerMemory`` object: drafts from that one, remembers
     nothing (the tuner's way); ``False``: neither; None: ``MEMORY_DEFAULT`` when greedy, off
     when sampling (a sample's random draws follow the drafts, so a seed would not repeat a sample once
@@ -145,7 +145,7 @@ def generate(
     True / False: always / never. The output is the same either way; ``res.stats.padded`` says which.
     """
     reject_unsupported(unsupported)
-    ids = _check_input(model, input_ids, max_new_tokens)
+    ids = check_input(model, input_ids, max_new_tokens)
     verifier = make_verifier(
         model, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
         repetition_penalty=repetition_penalty, seed=seed,
@@ -182,7 +182,7 @@ def run_engine(
 ) -> GenerateResult:
     """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
     resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
-    runtime policy, the decode and its stats. ``ids`` [1, T] are already checked (``_check_input``)."""
+    runtime policy, the decode and its stats. ``ids`` [1, T] are already checked (``check_input``)."""
     config, source, profile_policy = _resolve_config(model, config, window, ngram, guesses, workload, tokenizer)
     if policy is None:
         policy = profile_policy
@@ -194,7 +194,7 @@ def run_engine(
         raise ConfigError(f"recycled must be an autolade.engine.recycle.NextTokenTable or None, got {type(recycled).__name__}")
     if pad_single is not None and not isinstance(pad_single, bool):
         raise ConfigError(f"pad_single must be True, False or None (this machine's step curve decides), got {pad_single!r}")
-    opened = _open_memory(model, memory, workload, recycle=config.recycle > 0 and recycled is None)
+    opened = open_memory(model, memory, workload, recycle=config.recycle > 0 and recycled is None)
     answers, memory_note, remember, carried = opened.answers, opened.note, opened.remember, opened.table
     recycled = recycled if recycled is not None else carried
     if carried is not None:
@@ -234,49 +234,7 @@ def _draft_price(model: torch.nn.Module, price_drafts: bool | float, *, drafts: 
     return float(price_drafts) if drafts else None
 
 
-@dataclass(frozen=True)
-class _Opened:
-    """What ``_open_memory`` found for one call."""
-
-    answers: AnswerMemory | None  # the memory to draft from; None: off
-    note: str  # what res.stats.memory says
-    remember: Callable[[list[int]], str | None] | None = None  # saves the answer and the carried table; None: read only
-    table: NextTokenTable | None = None  # the carried token recycling table
-    table_note: str = ""  # what reading that table said
-
-
-def _open_memory(model: torch.nn.Module, mode: bool | str | AnswerMemory, workload: str | None, *,
-                 recycle: bool = False) -> _Opened:
-    """The memory ``mode`` asks for (``generate(memory=)``); ``recycle``: the config recycles, so carry its table."""
-    if isinstance(mode, AnswerMemory):
-        return _Opened(mode, f"{len(mode)} answers ({mode.tokens} tokens), given by the caller, read only")
-    if mode not in (True, False, "read"):
-        raise ConfigError(f"memory must be True, False, 'read', an AnswerMemory or None (the default), got {mode!r}")
-    if mode is False:
-        return _Opened(None, "off")
-    from .memory import memory_bank, memory_path
-    from .models import model_fingerprint
-    from .profile_format import model_key
-
-    key = model_key(model_fingerprint(model))
-    tag = workload_tag(workload) if workload else "general"
-    cfg = getattr(model.config, "get_text_config", lambda: model.config)()
-    vocab = int(getattr(cfg, "vocab_size", 0) or 1 << 31)
-    bank = memory_bank(str(memory_path()))
-    answers, note = bank.memory(model_key=key, workload=tag, vocab_size=vocab)
-    table, table_note = bank.recycled(model_key=key, workload=tag, vocab_size=vocab) if recycle else (None, "")
-    if mode == "read":
-        return _Opened(answers, note + ", read only", None, None if table is None else table.copy(), table_note)
-
-    def remember(new: list[int]) -> str | None:  # the answer, then the table it taught (saved for the next run)
-        why = [bank.remember(model_key=key, workload=tag, tokens=list(new)),
-               bank.save_recycled(model_key=key, workload=tag, vocab_size=vocab) if table is not None else None]
-        return "; ".join(w for w in why if w) or None
-
-    return _Opened(answers, note, remember, table, table_note)
-
-
-def _check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) -> torch.Tensor:
+def check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) -> torch.Tensor:
     if not isinstance(input_ids, torch.Tensor):
         raise InputError("input_ids must be a torch.LongTensor of shape [1, T] (use tokenizer(..., return_tensors='pt'))")
     if input_ids.dim() == 1:

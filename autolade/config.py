@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from .errors import ConfigError
+from autolade.errors import ConfigError
 
 # Hard bounds: far beyond anything that pays on any hardware; past them a setting is a typo.
 MAX_WINDOW = 64

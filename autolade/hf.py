@@ -72,12 +72,12 @@ from transformers.generation.stopping_criteria import (
 )
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from .api import GenerateStats, _check_input, run_engine
-from .config import LookaheadConfig
-from .engine.sampling import GreedyPenaltyVerifier, SamplingConfig, SamplingVerifier
-from .errors import ConfigError, InputError
-from .paths import shipped_dir
-from .policies import Policy
+from autolade.api import GenerateStats, check_input, run_engine
+from autolade.config import LookaheadConfig
+from autolade.engine.sampling import GreedyPenaltyVerifier, SamplingConfig, SamplingVerifier
+from autolade.errors import ConfigError, InputError
+from autolade.paths import shipped_dir
+from autolade.runtime.policies import Policy
 
 # the processors autolade's verifiers implement, in transformers' order, and the field each sets
 _PROCESSORS = (
@@ -186,7 +186,7 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, gc, synced_gp
         others.append(StopStringCriteria(tokenizer, [stop_strings] if isinstance(stop_strings, str) else list(stop_strings)))
     verifier = _verifier(gc, logits_processor or (), seed)
     room = max(max_length - input_ids.shape[-1], 0)
-    ids = _check_input(model, input_ids, room)
+    ids = check_input(model, input_ids, room)
     tracker = _Tracker(ids, room, StoppingCriteriaList(others), streamer)
     if streamer is not None and not prompt_put:
         streamer.put(ids.cpu())

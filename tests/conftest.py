@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autolade.models import load
+from autolade.machine.models import load
 from autolade.paths import ENV_VAR
 
 # the converted-model cache the session started with, shared by every test's temporary home

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from autolade import api
-from autolade.acceptance import GREEDY_SETTING, AcceptanceTable, Setting
-from autolade.acceptance_measure import measure_acceptance
 from autolade.config import GREEDY, SCALED_LOOKUP, LookaheadConfig
 from autolade.errors import ProfileError
-from autolade.models import model_fingerprint
+from autolade.machine.models import model_fingerprint
+from autolade.records.acceptance import AcceptanceTable
+from autolade.records.grid import GREEDY_SETTING, Setting
+from autolade.tuning.acceptance_measure import measure_acceptance
 from tests.tiny import repetitive_prompt, tiny_llama
 
 LOOKUP4 = Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=4, prompt_lookup_drafts=1))
@@ -98,7 +99,7 @@ def test_measure_refuses_bad_arguments():
 
 @pytest.mark.slow
 def test_measure_smollm2_two_prompts(smollm2):
-    from autolade.prompts import encode_prompt, load_workload
+    from autolade.workloads import encode_prompt, load_workload
 
     model, tok = smollm2
     prompts = [encode_prompt(tok, p.text, kind=p.kind) for p in load_workload("code", limit=2)]

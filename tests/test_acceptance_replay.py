@@ -1,15 +1,16 @@
-"""autolade.acceptance_replay: rows counted by replaying greedy outputs, and the sample scale of the rest."""
+"""autolade.tuning.acceptance_replay: rows counted by replaying greedy outputs, and the sample scale of the rest."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from autolade.acceptance import GREEDY_SETTING, AcceptanceTable, Setting
-from autolade.acceptance_measure import empty_table, measure_acceptance, measure_row
-from autolade.acceptance_replay import add_replayed_rows
 from autolade.config import SCALED_LOOKUP, LookaheadConfig
 from autolade.errors import ProfileError
+from autolade.records.acceptance import AcceptanceTable
+from autolade.records.grid import GREEDY_SETTING, Setting
+from autolade.tuning.acceptance_measure import empty_table, measure_acceptance, measure_row
+from autolade.tuning.acceptance_replay import add_replayed_rows
 from tests.test_acceptance import LOOKUP4, WINDOW, row
 from tests.tiny import repetitive_prompt, tiny_llama
 
@@ -35,8 +36,8 @@ def test_a_replayed_row_counts_exactly_what_the_engine_counts():
 def test_rows_counted_on_fewer_prompts_carry_the_samples_bias():
     """A window row counted by the engine on the first prompt only gets the factor by which the replayed
     settings accepted more (or less) on all prompts than on that one; prediction applies it."""
-    from autolade.curve import StepCurve
-    from autolade.predict import predict_row
+    from autolade.records.curve import StepCurve
+    from autolade.runtime.predict import predict_row
 
     model = tiny_llama()
     easy = repetitive_prompt(seed=0)
@@ -61,7 +62,7 @@ def test_a_table_grown_by_replay_resumes_measuring_only_the_new_settings():
     those prompts before, with no greedy pass made again."""
     from dataclasses import replace
 
-    from autolade.acceptance import REPLAYED_ON
+    from autolade.records.acceptance import REPLAYED_ON
 
     model = tiny_llama()
     easy = repetitive_prompt(seed=0)

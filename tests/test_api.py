@@ -105,9 +105,9 @@ def test_the_memory_carries_the_token_recycling_table_from_call_to_call(llama):
     """With the memory on, a recycling config drafts from the table earlier calls taught (per model and
     workload, this process only); "read" uses a copy; off or a caller's table leaves the bank's alone."""
     from autolade.engine.recycle import NextTokenTable
-    from autolade.memory import memory_bank, memory_path
-    from autolade.models import model_fingerprint
-    from autolade.profile_format import model_key
+    from autolade.machine.models import model_fingerprint
+    from autolade.records.profile import model_key
+    from autolade.store.memory import memory_bank, memory_path
 
     cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)  # recycling is the only source
     ids = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:30].add(3).unsqueeze(0)
@@ -144,7 +144,7 @@ def test_the_memory_carries_the_token_recycling_table_from_call_to_call(llama):
 def test_the_next_process_drafts_from_the_saved_recycling_table(llama):
     """The table is saved beside the memory after each remembered answer: a new process (a new bank on the
     same file) starts from it, as a one-shot `autolade generate` does; "read" reads it and saves nothing."""
-    from autolade.memory import memory_bank, open_memory_store, recycling_summary
+    from autolade.store.memory import memory_bank, open_memory_store, recycling_summary
 
     cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
     ids = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:30].add(3).unsqueeze(0)

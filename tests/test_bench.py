@@ -25,7 +25,7 @@ from autolade.bench import (
 from autolade.bench import run as bench_run
 from autolade.config import LookaheadConfig, parse_config, parse_method
 from autolade.errors import ConfigError
-from autolade.prompts import COPY_INSTRUCTIONS, copy_workload
+from autolade.workloads import COPY_INSTRUCTIONS, copy_workload
 
 N_NEW = 8
 CONFIGS = {
@@ -336,7 +336,7 @@ def test_copy_set_built_from_humaneval():
     assert len(prompts) == 4 and all(p.kind == "chat" and p.source == "humaneval-copy" for p in prompts)
     assert prompts[0].text.startswith("Repeat the following text exactly:")
     assert prompts[1].text.startswith("Fix the typo in this code")
-    from autolade.prompts import load_workload
+    from autolade.workloads import load_workload
 
     originals = load_workload("code", limit=4)
     assert originals[0].text in prompts[0].text
@@ -356,7 +356,7 @@ def _word_tokenizer(vocab: int):
 
 def test_cli_bench(tmp_path, monkeypatch):
     """`autolade bench` end to end on a saved tiny model + word-level tokenizer + a prompt file."""
-    from autolade.cli import cli
+    from autolade.cli.main import cli
 
     monkeypatch.setenv("AUTOLADE_HOME", str(tmp_path / "home"))
     model_dir = tmp_path / "tiny"
@@ -397,7 +397,7 @@ def _invoke_bench(cli, model_dir, prompts, out):
 
 
 def test_cli_bad_config_is_one_line(tmp_path):
-    from autolade.cli import cli
+    from autolade.cli.main import cli
 
     result = CliRunner().invoke(cli, ["bench", "--config", "4,4", "--out", str(tmp_path / "x")])
     assert result.exit_code == 1

@@ -3,7 +3,8 @@
 import pytest
 from click.testing import CliRunner
 
-from autolade.cli import cli, parse_duration
+from autolade.cli.main import cli
+from autolade.cli.tune import parse_duration
 
 # conftest's temporary AUTOLADE_HOME shares the real converted-model cache. Explicit W/N/G, so no
 # stored profile is consulted.
@@ -43,7 +44,7 @@ def test_tune_a_hub_alias_end_to_end_offline(tmp_path, monkeypatch):
 
     from tiny import hub_snapshot_dir, tiny_llama_dir, word_tokenizer
 
-    from autolade.registry import HUB_MODELS
+    from autolade.machine.registry import HUB_MODELS
 
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))

@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from autolade.cli import cli
-from autolade.memory import add_answers, open_memory_store, summary
+from autolade.cli.main import cli
+from autolade.store.memory import add_answers, open_memory_store, summary
 
 KEY = "tiny-llama:abc123"
 
@@ -47,7 +47,7 @@ def test_export_then_clear_then_import_restores_it(tmp_path):
 def test_list_shows_the_saved_recycling_tables_and_clear_deletes_them():
     import torch
 
-    from autolade.memory import MemoryBank, memory_path, recycling_summary
+    from autolade.store.memory import MemoryBank, memory_path, recycling_summary
 
     _seed()
     bank = MemoryBank(memory_path())

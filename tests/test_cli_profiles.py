@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from tiny import tiny_llama_dir
 from transformers import PreTrainedTokenizerFast
 
-from autolade.cli import cli
+from autolade.cli.main import cli
 from autolade.config import LookaheadConfig
-from autolade.store import Profile, ProfileStore, profile_to_json
+from autolade.store.db import Profile, ProfileStore, profile_to_json
 
 
 @pytest.fixture
@@ -142,8 +142,8 @@ def test_profile_stores_a_predicted_profile_that_generate_reports(home, tmp_path
     from test_tables import synthetic_table
 
     from autolade import api
-    from autolade.models import model_fingerprint
-    from autolade.vocab_fingerprint import model_tokenizer_fingerprint
+    from autolade.machine.models import model_fingerprint
+    from autolade.records.vocab import model_tokenizer_fingerprint
 
     model_dir = tiny_model_dir(tmp_path / "tiny-llama")
     mdl, tok = api.load(str(model_dir))

@@ -7,7 +7,7 @@ from tiny import repetitive_prompt, tiny_llama
 from autolade.config import LookaheadConfig
 from autolade.engine.clock import DeviceClock
 from autolade.engine.decode import lookahead_decode
-from autolade.harness import Timer
+from autolade.tuning.harness import Timer
 
 
 class FakeCuda:
@@ -71,7 +71,7 @@ def test_decode_loop_times_finished_work():
 
 
 def test_step_curve_times_finished_work():
-    from autolade.curve import measure_step_curve
+    from autolade.machine.step_curve import measure_step_curve
 
     fake = FakeCuda()
     curve = measure_step_curve(tiny_llama(), ks=[1, 4], contexts=(8,), repeats=2, warmup=0, clock=fake.clock())

@@ -9,7 +9,8 @@ from tiny import ARCHS, hf_greedy, repetitive_prompt, tiny_gemma3, tiny_llama
 
 from autolade.config import LookaheadConfig
 from autolade.engine.clock import DeviceClock
-from autolade.engine.decode import Drafter, lookahead_decode
+from autolade.engine.decode import lookahead_decode
+from autolade.engine.drafter import Drafter
 from autolade.engine.steps import StepPlan
 
 SETTINGS = [
@@ -106,7 +107,7 @@ def test_bfloat16_plain_greedy_is_bitwise_hf(llama):
 
 @pytest.mark.parametrize("policy", ["adaptive", "adaptive-cpu", "lookup", "cost-aware"])
 def test_policies_keep_output_exact(dense, gemma, policy):
-    from autolade.policies import make_policy
+    from autolade.runtime.policies import make_policy
 
     # a bumpy CPU-like c(k) for the cost-aware policy: 3 packed tokens cost more than 8
     bumpy = {1: 40.0, 2: 65.0, 3: 90.0, 4: 66.0, 8: 65.0, 16: 80.0, 32: 100.0}

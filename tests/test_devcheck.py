@@ -9,8 +9,8 @@ import pytest
 import torch
 from tiny import repetitive_prompt, tiny_llama
 
-from autolade.devcheck import FORMAT, CheckSizes, DeviceCheck, packed_noise, sizes_for
-from autolade.harness import greedy_reference, noise_gap
+from autolade.bench.devcheck import FORMAT, CheckSizes, DeviceCheck, packed_noise, sizes_for
+from autolade.tuning.harness import greedy_reference, noise_gap
 
 ROOT = Path(__file__).resolve().parent.parent
 

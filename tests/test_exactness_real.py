@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from autolade.config import LookaheadConfig
-from autolade.curve import StepCurve
-from autolade.harness import divergence, greedy_reference, noise_gap, run_autolade
-from autolade.models import eos_ids
-from autolade.policies import make_policy
-from autolade.prompts import encode_prompt, load_workload
+from autolade.machine.models import eos_ids
+from autolade.records.curve import StepCurve
+from autolade.runtime.policies import make_policy
+from autolade.tuning.harness import divergence, greedy_reference, noise_gap, run_autolade
+from autolade.workloads import encode_prompt, load_workload
 
 pytestmark = pytest.mark.slow
 

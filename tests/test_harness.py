@@ -8,7 +8,7 @@ import torch
 from tiny import hf_greedy, repetitive_prompt, tiny_llama
 
 from autolade.config import LookaheadConfig, parse_config
-from autolade.harness import (
+from autolade.tuning.harness import (
     PLD_TOKENS,
     HFSteps,
     Timer,

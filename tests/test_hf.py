@@ -24,7 +24,7 @@ import autolade.hf
 from autolade.config import LookaheadConfig
 from autolade.errors import AutoladeError, ConfigError, InputError
 from autolade.hf import _Tracker
-from autolade.prompts import encode_prompt, load_workload
+from autolade.workloads import encode_prompt, load_workload
 
 CHARS = [chr(c) for c in range(32, 127)] + ["\n"]  # 96 tokens: the tiny models' vocab
 W2 = dict(window=2, ngram=3, guesses=2)  # explicit lookahead settings (window + pool + prompt lookup)

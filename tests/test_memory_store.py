@@ -1,4 +1,4 @@
-"""autolade.memory: remembered answers in the store, shared by processes, exported and imported."""
+"""autolade.store.memory: remembered answers in the store, shared by processes, exported and imported."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from autolade.errors import ProfileError
-from autolade.memory import (
+from autolade.store.db import ProfileStore
+from autolade.store.memory import (
     MemoryBank,
     add_answers,
     clear,
@@ -23,7 +24,6 @@ from autolade.memory import (
     recycling_summary,
     summary,
 )
-from autolade.store import ProfileStore
 
 MODEL = "tiny:abc123"
 

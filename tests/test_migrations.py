@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sqlite_utils
 
-from autolade.migrations import MIGRATIONS, applied_migrations, migrate
+from autolade.store.migrations import MIGRATIONS, applied_migrations, migrate
 
 
 def test_migrations_are_append_only():

@@ -7,7 +7,7 @@ import torch
 from tiny import hub_snapshot_dir, tiny_llama_dir, word_tokenizer
 
 from autolade.errors import ConfigError, ModelNotFoundError
-from autolade.models import (
+from autolade.machine.models import (
     HUB_MODELS,
     MARKER,
     MODELS,
@@ -18,7 +18,7 @@ from autolade.models import (
     model_fingerprint,
     resolve_dtype,
 )
-from autolade.prompts import encode_prompt
+from autolade.workloads import encode_prompt
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "autolade", "policies", "profiles", "custom_generate")  # what the wheel is built from
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "autolade", "policies", "profiles", "custom_generate")  # what the wheel is built from
 
 # Runs inside the venv, from a cwd outside the checkout: a shipped preset by name, the shipped
 # profiles through the store's profile search, and a generate() on a tiny random model with both.
@@ -25,8 +25,8 @@ import autolade
 from autolade import generate
 from autolade.config import LookaheadConfig
 from autolade.paths import repo_policies_dir, repo_profiles_dir
-from autolade.policies import make_policy
-from autolade.store import ProfileStore
+from autolade.runtime.policies import make_policy
+from autolade.store.db import ProfileStore
 
 shipped = json.loads((repo_profiles_dir() / "cpu-amd-epyc-2t-smollm2-135m-bf16-chat.json").read_text())
 with ProfileStore(":memory:") as store:
@@ -83,3 +83,17 @@ def test_wheel_ships_presets_and_profiles(tmp_path):
     # the custom_generate/ folder ships too: model.generate(custom_generate=autolade.hf.folder()) runs from the wheel
     assert Path(got["folder"]).resolve().is_relative_to(installed) and got["folder"].endswith("_shipped")
     assert got["dropin_same"]
+    # every package of the checkout is in the wheel (a hand list once left autolade.bench out), and the
+    # console script runs from the venv: the command group and the bench, which imports every layer below it
+    import zipfile
+
+    shipped_pkgs = {str(p.parent.relative_to(ROOT)).replace("/", ".") for p in (ROOT / "autolade").rglob("__init__.py")}
+    in_wheel = {name.rsplit("/", 1)[0].replace("/", ".") for name in zipfile.ZipFile(wheel).namelist()
+                if name.endswith("/__init__.py")}
+    assert shipped_pkgs <= in_wheel, shipped_pkgs - in_wheel
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "AUTOLADE_HOME": str(tmp_path / "home")}
+    for args in (["--help"], ["bench", "--help"], ["tune", "--help"], ["profile", "--help"]):
+        shown = subprocess.run([str(venv / "bin" / "autolade"), *args], cwd=elsewhere, capture_output=True, text=True, env=env)
+        assert shown.returncode == 0, (args, shown.stderr)
+        assert "Usage: autolade" in shown.stdout
+    assert "--sets" in shown.stdout or "--model" in shown.stdout

@@ -4,7 +4,7 @@ import matplotlib
 from tiny import repetitive_prompt, tiny_llama
 
 from autolade import generate
-from autolade.plots import plot_steps
+from autolade.bench.plots import plot_steps
 
 
 def test_plot_steps_writes_a_png_and_leaves_the_backend(tmp_path, foreign_backend):

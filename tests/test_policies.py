@@ -2,7 +2,7 @@ import pytest
 
 from autolade.config import LookaheadConfig
 from autolade.errors import ConfigError
-from autolade.policies import (
+from autolade.runtime.policies import (
     AdaptiveParams,
     AdaptivePolicy,
     DraftLength,
@@ -14,7 +14,7 @@ from autolade.policies import (
 
 
 def outcome(plan, *, packed, accepted=0, source="none", lookup=0, pool=0, window=0, ms=10.0, longest=0):
-    return StepOutcome(plan=plan, packed=packed, lookup_nodes=lookup, pool_nodes=pool, window_tokens=window,
+    return StepOutcome(plan=plan, packed=packed, nodes={"lookup": lookup, "pool": pool}, window_tokens=window,
                        accepted=accepted, accepted_from=source, step_s=ms / 1e3, forward_s=ms / 1e3, longest_draft=longest)
 
 
@@ -131,14 +131,14 @@ def test_adaptive_probe_backoff_is_validated():
 
 
 def _cost_aware(cost, **cfg):
-    from autolade.policies import CostAwarePolicy
+    from autolade.runtime.policies import CostAwarePolicy
 
     config = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=1, prompt_lookup_ngram=4, **cfg)
     return CostAwarePolicy(config, cost=cost)
 
 
 def _plain(pol, *, ms, m=0, shadow=(), emitted=(7,)):
-    pol.update(StepOutcome(plan=pol.plan(), packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
+    pol.update(StepOutcome(plan=pol.plan(), packed=1, window_tokens=0, accepted=0,
                            accepted_from="none", step_s=ms / 1e3, forward_s=ms / 1e3, match_len=m,
                            shadow=shadow, emitted=emitted))
 
@@ -159,7 +159,7 @@ def _lookup_step(pol, *, m, accepted, ms=None):
             _plain(pol, ms=pol.cost(1), emitted=(tok,))
         return length
     acc = min(accepted, length)
-    pol.update(StepOutcome(plan=plan, packed=1 + length, lookup_nodes=length, pool_nodes=0, window_tokens=0,
+    pol.update(StepOutcome(plan=plan, packed=1 + length, nodes={"lookup": length}, window_tokens=0,
                            accepted=acc, accepted_from="lookup" if acc else "none", step_s=ms / 1e3,
                            forward_s=ms / 1e3, longest_draft=length, match_len=m))
     return length
@@ -170,7 +170,7 @@ def test_cost_aware_sizes_drafts_by_the_curve_and_by_what_gets_accepted():
     pol = _cost_aware(flat)
     assert pol.plan().draft_lens == (16, 16, 16, 16) and pol.plan().window == 0
     # a bumpy CPU curve: 2-3 packed tokens cost 2x one, 8 only 1.5x; no draft of 1-2 tokens is worth it
-    from autolade.curve import StepCurve
+    from autolade.records.curve import StepCurve
 
     bumpy = StepCurve(points={256: {1: 40.0, 2: 80.0, 3: 85.0, 4: 70.0, 8: 60.0, 16: 80.0, 32: 110.0}})
     pol = _cost_aware(bumpy.cost)
@@ -197,7 +197,7 @@ def test_cost_aware_pools_what_every_match_length_measured():
     pol = _cost_aware(costly)
 
     def forced(m, accepted):  # a 4-token draft after an m-token match, whatever the policy planned
-        pol.update(StepOutcome(plan=pol.plan(), packed=5, lookup_nodes=4, pool_nodes=0, window_tokens=0,
+        pol.update(StepOutcome(plan=pol.plan(), packed=5, nodes={"lookup": 4}, window_tokens=0,
                                accepted=accepted, accepted_from="lookup" if accepted else "none",
                                step_s=costly(5) / 1e3, forward_s=costly(5) / 1e3, longest_draft=4, match_len=m))
 
@@ -233,7 +233,7 @@ def test_cost_aware_learns_from_the_drafts_it_did_not_pack():
 
 
 def test_cost_aware_needs_a_curve_and_takes_no_parameters():
-    from autolade.policies import needs_cost
+    from autolade.runtime.policies import needs_cost
 
     cfg = LookaheadConfig(window=0, prompt_lookup=16)
     with pytest.raises(ConfigError, match="autolade profile --model"):
@@ -262,7 +262,7 @@ def test_cost_aware_corrects_the_curve_by_what_the_steps_measure():
         _lookup_step(pol, m=1, accepted=int(i % 4 == 0), ms=real(1 + pol.plan().draft_lens[0]))
         _lookup_step(pol, m=4, accepted=16, ms=real(1 + pol.plan().draft_lens[3]))
         plain = pol.plan()  # a step with no match at all: a plain greedy step
-        pol.update(StepOutcome(plan=plain, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
+        pol.update(StepOutcome(plan=plain, packed=1, window_tokens=0, accepted=0,
                                accepted_from="none", step_s=0.1, forward_s=0.1, match_len=0))
     assert pol.step_cost(9) == pytest.approx(real(9), rel=0.1) and pol.step_cost(1) == pytest.approx(100.0, rel=0.1)
     assert pol.plan().draft_lens[0] == 0  # 1 + 0.25 tokens for 2x the time: greedy steps instead

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from autolade.acceptance import GREEDY_SETTING, AcceptanceRow, AcceptanceTable, Setting
 from autolade.config import LookaheadConfig
-from autolade.curve import StepCurve
 from autolade.errors import ProfileError
-from autolade.predict import choose, format_predictions, predict, predict_row, step_cost
+from autolade.records.acceptance import AcceptanceRow, AcceptanceTable
+from autolade.records.curve import StepCurve
+from autolade.records.grid import GREEDY_SETTING, Setting
+from autolade.runtime.predict import choose, format_predictions, predict, predict_row, step_cost
 
 LOOKUP = Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=2, prompt_lookup_drafts=1))
 WINDOW = Setting.of(LookaheadConfig(window=4, ngram=4, guesses=4, prompt_lookup=0))
@@ -139,7 +140,7 @@ def test_format_predictions_lists_every_setting():
 def test_the_builtin_default_is_displaced_only_by_a_clear_margin():
     """On a CPU the built-in default (scaled lookup) keeps its place unless another setting is
     predicted at least 3% faster: a few percent of prediction error must not trade it for a guess."""
-    from autolade.settings import CPU_DEFAULT
+    from autolade.runtime.defaults import CPU_DEFAULT
 
     default = Setting.of(CPU_DEFAULT)
     steep = curve(STEEP)
@@ -197,7 +198,7 @@ def test_an_unpriced_recycling_row_alone_is_predicted_as_counted_and_flagged():
 
 
 def test_choose_and_predict_setting_see_the_priced_prediction():
-    from autolade.predict import predict_setting
+    from autolade.runtime.predict import predict_setting
 
     c = curve({1: 10.0, 64: 10.0 + 63 * 0.3})
     t = table(GREEDY_ROW, LOOKUP_ROW, *priced_rows())

@@ -5,7 +5,8 @@ import torch
 from tiny import hf_greedy, repetitive_prompt, tiny_llama
 
 from autolade.config import LookaheadConfig
-from autolade.engine.decode import Drafter, lookahead_decode
+from autolade.engine.decode import lookahead_decode
+from autolade.engine.drafter import Drafter
 from autolade.engine.recycle import EMPTY, NextTokenTable, RankHits, RecycleSource
 from autolade.engine.steps import StepPlan
 

@@ -5,7 +5,7 @@ import hashlib
 import pytest
 
 from autolade.errors import ModelNotFoundError
-from autolade.registry import HUB_MODELS, HUB_PATTERNS, MODELS, ModelSpec
+from autolade.machine.registry import HUB_MODELS, HUB_PATTERNS, MODELS, ModelSpec
 
 
 def test_registry_names_and_install_commands():

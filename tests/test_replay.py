@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from autolade.curve import StepCurve
 from autolade.engine.memory import AnswerMemory, MemoryConfig
 from autolade.errors import ConfigError
-from autolade.replay import CostAwareLookup, HFPromptLookup, Lookup, Trace, WithMemory, replay
+from autolade.records.curve import StepCurve
+from autolade.tuning.replay import CostAwareLookup, HFPromptLookup, Lookup, Trace, WithMemory, replay
 
 # 1 token 10 ms, 4 tokens 11 ms, 8 tokens 14 ms, 16 tokens 20 ms, 32 tokens 32 ms (a CPU-like curve)
 CURVE = StepCurve(points={256: {1: 10.0, 4: 11.0, 8: 14.0, 16: 20.0, 32: 32.0}})
@@ -83,7 +83,7 @@ def test_replay_needs_traces():
 
 
 def test_bound_report_tables_per_set_with_ratios_to_scaled_lookup():
-    from autolade.replay import bound_report
+    from autolade.tuning.replay import bound_report
 
     text = bound_report({"copy": [copy_trace()], "noise": [noise_trace(5), noise_trace(6)]}, CURVE)
     assert text.startswith("step curve (float32, ms): c(1)=10.0, c(4)=11.0")

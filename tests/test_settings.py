@@ -10,20 +10,13 @@ from tiny import repetitive_prompt, tiny_llama
 from autolade.bench import load_sets
 from autolade.config import LookaheadConfig
 from autolade.errors import ConfigError
-from autolade.hardware import probe_hardware
-from autolade.models import model_fingerprint
-from autolade.profile_format import Profile
-from autolade.prompts import load_workload, split_workload, workload_tag
-from autolade.settings import (
-    CPU_DEFAULT,
-    SettingsResolver,
-    builtin_default,
-    default_resolver,
-    infer_workload,
-    resolve_settings,
-    stored_profile,
-)
-from autolade.store import ProfileStore
+from autolade.machine.hardware import probe_hardware
+from autolade.machine.models import model_fingerprint
+from autolade.records.profile import Profile
+from autolade.runtime.defaults import CPU_DEFAULT, builtin_default
+from autolade.runtime.settings import SettingsResolver, default_resolver, resolve_settings, stored_profile
+from autolade.store.db import ProfileStore
+from autolade.workloads import load_workload, split_workload, workload_tag
 
 CHAT = LookaheadConfig(window=0, guesses=0, prompt_lookup=8, prompt_lookup_ngram=3)
 CODE = LookaheadConfig(window=0, guesses=0, prompt_lookup=16, prompt_lookup_drafts=3, prompt_lookup_scaled=True,
@@ -87,7 +80,7 @@ def test_no_profile_falls_back_to_the_builtin_default_and_says_so(llama):
 
 
 def _save_curve(model, points):
-    from autolade.curve import StepCurve
+    from autolade.records.curve import StepCurve
 
     hw = probe_hardware(device="cpu", measure=False)
     fp = model_fingerprint(model)
@@ -105,7 +98,7 @@ def test_a_stored_cpu_curve_gives_cost_aware_scaled_lookup(llama):
 
 
 def test_a_stored_curve_where_two_tokens_cost_less_than_one_pads_lone_steps(llama):
-    from autolade.settings import stored_pads_single
+    from autolade.runtime.settings import stored_pads_single
 
     assert not stored_pads_single(llama)  # no curve: no claim
     _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4}})
@@ -124,7 +117,7 @@ def test_a_smooth_cpu_curve_without_a_table_gives_the_builtin_default(llama):
 def test_a_flat_curve_and_a_table_whose_window_accepts_give_the_predicted_window(llama):
     from test_tables import WINDOW, FakeTokenizer, synthetic_table
 
-    from autolade.vocab_fingerprint import model_tokenizer_fingerprint
+    from autolade.records.vocab import model_tokenizer_fingerprint
 
     _save_curve(llama, {300: {1: 10.0, 8: 10.0, 32: 10.2, 128: 10.5}})  # a GPU: packed tokens are free
     tok = FakeTokenizer()
@@ -158,17 +151,6 @@ def test_generate_with_the_cost_aware_policy_uses_the_stored_curve(llama):
     _save_curve(llama, {256: {1: 10.0, 4: 10.5, 16: 12.0, 32: 15.0}})
     res = generate(llama, ids, max_new_tokens=48, config=cfg, policy="cost-aware")
     assert res.sequences[0, ids.shape[1]:].tolist() == hf_greedy(llama, ids, 48)
-
-
-@pytest.mark.parametrize("text, workload", [
-    ("def f(x):\n    return x + 1\n", "code"),
-    ("Write a Python function that checks whether a number is prime.", "code"),
-    ("Please fix this SQL query: select * form t", "code"),
-    ("Explain recursion to a child.", "chat"),
-    ("Write a persuasive essay about city parks.", "chat"),
-])
-def test_infer_workload_from_the_prompt(text, workload):
-    assert infer_workload(text) == workload
 
 
 def test_generate_finds_a_workload_by_any_of_its_names(llama):

@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 import autolade.engine
-import autolade.policies
 from autolade.config import LookaheadConfig
 from autolade.engine import steps
 from autolade.engine.steps import StaticPolicy, StepOutcome, StepPlan
@@ -53,8 +52,8 @@ def test_step_types_are_keyword_only_and_frozen():
     plan = StepPlan(window=3, guesses=3, draft_len=10, drafts=2)
     assert plan.draft_lens == ()
     with pytest.raises(TypeError):
-        StepOutcome(plan, 1, 0, 0, 0, 0, "none", 0.1, 0.1)
-    out = StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
+        StepOutcome(plan, 1, 0, 0, "none", 0.1, 0.1)
+    out = StepOutcome(plan=plan, packed=1, window_tokens=0, accepted=0,
                       accepted_from="none", step_s=0.1, forward_s=0.1)
     assert (out.longest_draft, out.match_len) == (0, 0)
     with pytest.raises(AttributeError):
@@ -67,4 +66,4 @@ def test_static_policy_plans_the_config_and_policies_reexports_the_engine_types(
     assert StaticPolicy(LookaheadConfig(window=4, ngram=3, guesses=2, prompt_lookup=0)).plan() == StepPlan(
         window=4, guesses=2, draft_len=0, drafts=0)
     for name in ("StepPlan", "StepOutcome", "Policy", "StaticPolicy"):
-        assert getattr(autolade.policies, name) is getattr(steps, name)
+        assert getattr(autolade.runtime.policies, name) is getattr(steps, name)

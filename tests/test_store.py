@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from autolade.config import LookaheadConfig
-from autolade.curve import StepCurve
 from autolade.errors import ProfileError, StoreError
-from autolade.store import (
+from autolade.records.curve import StepCurve
+from autolade.store.db import (
     MIGRATIONS,
     Profile,
     ProfileStore,
@@ -109,7 +109,7 @@ def test_curves():
     scattered = StepCurve(points={128: {1: 90.0, 2: 31.0}}, spread={128: {1: 4.0, 2: 0.1}}, dtype="bfloat16")
     store.save_curve(scattered, hardware_fingerprint=HW, model_name="smollm2-135m", model_config_hash="0123456789ab")
     assert store.latest_curve(hardware_fingerprint=HW, model_fingerprint=fp, dtype="bfloat16").points == newer.points
-    # the dict from autolade.models.model_fingerprint works too, and its dtype must match the curve's
+    # the dict from autolade.machine.models.model_fingerprint works too, and its dtype must match the curve's
     store.save_curve(CURVE, hardware_fingerprint="cpu:other", model_fingerprint=fp, dtype="bfloat16")
     assert store.latest_curve(hardware_fingerprint="cpu:other", model_fingerprint=MODEL, dtype="bfloat16").points == CURVE.points
     with pytest.raises(ProfileError, match="differs"):

@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from postgres_server import postgres_url  # noqa: F401  (session fixture)
 
 from autolade.errors import ConfigError
-from autolade.study_storage import (
+from autolade.tuning.study_storage import (
     CAUGHT_ATTR,
     _HeartbeatJournalStorage,
     claimed,

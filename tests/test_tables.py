@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from autolade.acceptance import GREEDY_SETTING, AcceptanceRow, AcceptanceTable, Setting
 from autolade.config import SCALED_LOOKUP, LookaheadConfig
-from autolade.curve import StepCurve
-from autolade.store import ProfileStore
-from autolade.tables import covered, find_table, is_predicted, policy_spec, predicted_settings, verify_prediction
-from autolade.tune import Candidate, predicted_start, prune_reason, tabulated_setting
+from autolade.records.acceptance import AcceptanceRow, AcceptanceTable
+from autolade.records.curve import StepCurve
+from autolade.records.grid import GREEDY_SETTING, Setting
+from autolade.runtime.predict import covered, is_predicted, policy_spec, predicted_settings
+from autolade.store.db import ProfileStore
+from autolade.store.tables import find_table
+from autolade.tuning.table_guidance import predicted_start, prune_reason, tabulated_setting
+from autolade.tuning.trials import Candidate
+from autolade.tuning.verify import verify_prediction
 
 WINDOW = Setting.of(LookaheadConfig(window=4, ngram=4, guesses=4, prompt_lookup=0))
 LOOKUP = Setting.of(LookaheadConfig(window=0, guesses=0, prompt_lookup=10, prompt_lookup_drafts=2), policy="lookup")
@@ -142,7 +146,7 @@ def test_shipped_acceptance_files_do_not_disturb_profile_lookup(tmp_path, recwar
 def test_profiles_import_takes_acceptance_tables_and_refuses_corrupt_ones(tmp_path):
     from click.testing import CliRunner
 
-    from autolade.cli import cli
+    from autolade.cli.main import cli
 
     good, bad = tmp_path / "good.json", tmp_path / "bad.json"
     good.write_text(synthetic_table().to_json())
@@ -206,10 +210,10 @@ def test_record_trial_adds_a_row_to_the_store_table():
     from tiny import tiny_llama
 
     from autolade.api import generate
-    from autolade.models import model_fingerprint
-    from autolade.policies import make_policy
-    from autolade.tune import record_trial
-    from autolade.vocab_fingerprint import model_tokenizer_fingerprint
+    from autolade.machine.models import model_fingerprint
+    from autolade.records.vocab import model_tokenizer_fingerprint
+    from autolade.runtime.policies import make_policy
+    from autolade.tuning.table_guidance import record_trial
 
     model = tiny_llama()
     prompt = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])
@@ -237,10 +241,10 @@ def test_a_recycling_trial_is_recorded_at_the_price_its_drafts_were_cut_at():
     from tiny import tiny_llama
 
     from autolade.api import generate
-    from autolade.models import model_fingerprint
-    from autolade.predict import predict_setting
-    from autolade.tune import record_trial
-    from autolade.vocab_fingerprint import model_tokenizer_fingerprint
+    from autolade.machine.models import model_fingerprint
+    from autolade.records.vocab import model_tokenizer_fingerprint
+    from autolade.runtime.predict import predict_setting
+    from autolade.tuning.table_guidance import record_trial
 
     model = tiny_llama()
     prompt = torch.tensor([[5, 6, 7, 5, 6, 7, 5, 6]])
@@ -264,7 +268,7 @@ def test_a_recycling_trial_is_recorded_at_the_price_its_drafts_were_cut_at():
 
 
 def test_a_tuned_profile_beats_a_predicted_one_on_the_same_hardware_and_a_predicted_one_beats_the_class():
-    from autolade.profile_format import Profile
+    from autolade.records.profile import Profile
 
     def prof(hw, notes, settings):
         return Profile(hardware_fingerprint=hw, hardware_class="cpu:c", model_name="m", model_config_hash="h",
@@ -284,8 +288,8 @@ def test_a_tuned_profile_beats_a_predicted_one_on_the_same_hardware_and_a_predic
 
 
 def test_a_shipped_tuned_profile_of_this_hardware_beats_a_stored_prediction(tmp_path):
-    from autolade.profile_format import Profile
-    from autolade.store import profile_to_json
+    from autolade.records.profile import Profile
+    from autolade.store.db import profile_to_json
 
     def prof(notes, settings):
         return Profile(hardware_fingerprint="cpu:here", hardware_class="cpu:c", model_name="m", model_config_hash="h",

@@ -11,22 +11,12 @@ from autolade import api
 from autolade.config import LookaheadConfig
 from autolade.engine.memory import AnswerMemory
 from autolade.errors import ConfigError
-from autolade.hardware import probe_hardware
-from autolade.harness import Reference
-from autolade.store import ProfileStore
-from autolade.tune import (
-    Candidate,
-    ExactnessError,
-    Runner,
-    TuneOptions,
-    bootstrap_ci,
-    candidate_from_params,
-    own_answer,
-    pick_finalists,
-    study_name_for,
-    suggest,
-    tune,
-)
+from autolade.machine.hardware import probe_hardware
+from autolade.store.db import ProfileStore
+from autolade.tuning.harness import Reference
+from autolade.tuning.search import study_name_for, tune
+from autolade.tuning.space import TuneOptions, candidate_from_params, pick_finalists, suggest
+from autolade.tuning.trials import Candidate, ExactnessError, Runner, bootstrap_ci, own_answer
 
 PROMPTS = [
     "List the numbers from 1 to 20, one per line.",
@@ -139,7 +129,8 @@ def test_bootstrap_ci_brackets_the_ratio():
 def test_quiet_optuna_and_the_report_leave_global_state_alone(tmp_path, foreign_backend):
     import matplotlib
 
-    from autolade.tune import plot_study, quiet_optuna
+    from autolade.tuning.report import plot_study
+    from autolade.tuning.search import quiet_optuna
 
     before = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.DEBUG)

@@ -3,7 +3,7 @@
 import pytest
 
 from autolade.errors import ProfileError
-from autolade.vocab_fingerprint import legacy_tokenizer_fingerprint, tokenizer_fingerprint, tokenizer_fingerprints
+from autolade.records.vocab import legacy_tokenizer_fingerprint, tokenizer_fingerprint, tokenizer_fingerprints
 
 
 class FakeTokenizer:

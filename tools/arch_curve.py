@@ -4,7 +4,7 @@
 What a forward of k packed tokens costs depends on the shapes, the dtype and the device, not on
 the weights' values, so a randomly initialised model of the same config prices a step the same as
 the real one. This measures the paper's models (and the registry's Qwen) on a machine where their
-weights are not at hand (a GPU machine that cannot reach the hub), for ``autolade.predict`` to pair
+weights are not at hand (a GPU machine that cannot reach the hub), for ``autolade.runtime.predict`` to pair
 with acceptance measured elsewhere (acceptance under greedy is hardware-free). Never a claim about
 output: the weights are random.
 
@@ -54,7 +54,7 @@ def build(name: str, *, device: str, dtype: str, archs: dict[str, dict] = ARCHS)
 def main(argv: list[str] | None = None, *, archs: dict[str, dict] = ARCHS) -> int:
     import torch
 
-    from autolade.curve import measure_step_curve
+    from autolade.machine.step_curve import measure_step_curve
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autolade.cli import bench_command
+from autolade.cli.main import bench_command
 
 if __name__ == "__main__":
     bench_command.main(prog_name="tools/bench.py")

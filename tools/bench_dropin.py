@@ -28,10 +28,10 @@ import torch
 import autolade.hf
 from autolade import api
 from autolade.config import parse_method
-from autolade.harness import TIMER, Timed, hf_kwargs, rotate, run_autolade, setting_label
-from autolade.policies import make_policy
-from autolade.prompts import encode_prompt, load_workload
-from autolade.settings import CPU_DEFAULT
+from autolade.runtime.defaults import CPU_DEFAULT
+from autolade.runtime.policies import make_policy
+from autolade.tuning.harness import TIMER, Timed, hf_kwargs, rotate, run_autolade, setting_label
+from autolade.workloads import encode_prompt, load_workload
 
 DIRECT, DROPIN = "autolade.generate", "model.generate(custom_generate=lookahead)"
 

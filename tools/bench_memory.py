@@ -45,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     from autolade import api
     from autolade.config import parse_method
     from autolade.engine.memory import AnswerMemory, MemoryConfig
-    from autolade.harness import divergence, rotate, run_autolade, run_greedy, run_pld
-    from autolade.memory import add_answers, open_memory_store
-    from autolade.models import model_fingerprint
-    from autolade.profile_format import model_key
-    from autolade.prompts import encode_prompt, load_workload, split_workload
-    from autolade.settings import CPU_DEFAULT
+    from autolade.machine.models import model_fingerprint
+    from autolade.records.profile import model_key
+    from autolade.runtime.defaults import CPU_DEFAULT
+    from autolade.store.memory import add_answers, open_memory_store
+    from autolade.tuning.harness import divergence, rotate, run_autolade, run_greedy, run_pld
+    from autolade.workloads import encode_prompt, load_workload, split_workload
 
     config, _ = parse_method(args.config) if args.config else (CPU_DEFAULT, None)
     model, tok = api.load(args.model, dtype=args.dtype)

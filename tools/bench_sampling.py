@@ -28,8 +28,8 @@ import torch
 
 from autolade import api
 from autolade.config import parse_config
-from autolade.harness import rotate, run_autolade, run_hf, setting_label
-from autolade.prompts import encode_prompt, load_workload
+from autolade.tuning.harness import rotate, run_autolade, run_hf, setting_label
+from autolade.workloads import encode_prompt, load_workload
 
 HF = "hf-sample"
 

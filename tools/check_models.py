@@ -11,8 +11,8 @@ import time
 
 import torch
 
-from autolade.models import MODELS, load, model_fingerprint
-from autolade.prompts import encode_prompt
+from autolade.machine.models import MODELS, load, model_fingerprint
+from autolade.workloads import encode_prompt
 
 PROMPTS = {
     "smollm2-135m": ("What is the capital of France?", "chat"),

@@ -20,14 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autolade.replay import Trace, bound_report
+from autolade.tuning.replay import Trace, bound_report
 
 
 def greedy_traces(model, tokenizer, sets: list[str], *, heldout: bool, limit: int, max_new_tokens: int) -> dict:
     import torch
 
     from autolade.bench import load_sets
-    from autolade.prompts import encode_prompt
+    from autolade.workloads import encode_prompt
 
     out: dict[str, list[dict]] = {}
     for name, prompts in load_sets(sets, limit=limit, heldout=heldout).items():
@@ -43,9 +43,9 @@ def greedy_traces(model, tokenizer, sets: list[str], *, heldout: bool, limit: in
 
 
 def stored_curve(model):
-    from autolade.curve import stored_or_measured
-    from autolade.hardware import probe_hardware
-    from autolade.store import ProfileStore
+    from autolade.machine.hardware import probe_hardware
+    from autolade.machine.step_curve import stored_or_measured
+    from autolade.store.db import ProfileStore
 
     return stored_or_measured(model, store=ProfileStore(), hardware=probe_hardware(quick=True),
                               log=lambda m: print(m, file=sys.stderr))

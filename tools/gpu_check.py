@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout'
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from autolade.devcheck import DeviceCheck, sizes_for
+    from autolade.bench.devcheck import DeviceCheck, sizes_for
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default=None, help="cuda[:N] or cpu (default: cuda:0 when torch sees a GPU)")

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autolade.engine.memory import AnswerMemory, MemoryConfig
-from autolade.replay import Lookup, Trace, WithMemory, replay
+from autolade.tuning.replay import Lookup, Trace, WithMemory, replay
 
 
 def split_traces(rows: list[dict], workload: str) -> tuple[list[dict], list[dict]]:
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     from draft_bound import stored_curve
 
     if args.curve:
-        from autolade.curve import StepCurve
+        from autolade.records.curve import StepCurve
 
         try:
             points = {int(k): float(ms) for k, ms in (pair.split("=") for pair in args.curve.split(","))}
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--curve wants k=ms pairs separated by commas, e.g. 1=234.2,16=323.5; got {args.curve!r}")
         curve = StepCurve(points={128: points}, dtype=args.dtype)
     elif args.curve_from:
-        from autolade.store import read_profile_file
+        from autolade.store.db import read_profile_file
 
         curve = read_profile_file(args.curve_from).curve
     else:

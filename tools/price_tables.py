@@ -4,7 +4,7 @@
 Acceptance under greedy is a property of the model and the workload; the cost of a step is the
 machine's. This pairs the two offline: the curve from ``tools/arch_curve.py`` (random weights, any
 device) or from a device check's ``gpu_check.json``, the tables from ``profiles/``, and prints what
-``autolade.predict.choose`` would pick there, with the ranking.
+``autolade.runtime.predict.choose`` would pick there, with the ranking.
 
     python3 tools/price_tables.py docs/bench/gpu-h200-20261204/arch_curves_qwen.json --model qwen2.5-coder-1.5b
     python3 tools/price_tables.py docs/bench/gpu-h200-20261204/gpu_check.json --model smollm2-135m
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def curve_from(path: Path, model: str):
     """The model's curve from an arch_curve output ({"curves": {name: {"curve": ...}}}) or a device check's JSON."""
-    from autolade.curve import StepCurve
+    from autolade.records.curve import StepCurve
 
     data = json.loads(path.read_text())
     if "curves" in data:
@@ -37,8 +37,8 @@ def curve_from(path: Path, model: str):
 
 def main(argv: list[str] | None = None) -> int:
     from autolade.paths import repo_profiles_dir
-    from autolade.predict import choose, format_predictions, predict
-    from autolade.tables import shipped_tables
+    from autolade.runtime.predict import choose, format_predictions, predict
+    from autolade.store.tables import shipped_tables
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("curve", type=Path, help="arch_curve.py output or gpu_check.json")

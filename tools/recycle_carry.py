@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from autolade import api
     from autolade.config import parse_method
-    from autolade.models import eos_ids
-    from autolade.prompts import encode_prompt, load_workload, split_workload
+    from autolade.machine.models import eos_ids
+    from autolade.workloads import encode_prompt, load_workload, split_workload
 
     specs = args.config or ["0,0,0,0,recycle=16"]
     configs = [parse_method(spec)[0] for spec in specs]
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = api.load(args.model, dtype=args.dtype)
     token_cost = None
     if args.priced:
-        from autolade.settings import stored_token_cost
+        from autolade.runtime.settings import stored_token_cost
 
         token_cost = stored_token_cost(model)
         if token_cost is None:

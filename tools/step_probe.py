@@ -28,9 +28,9 @@ def main(argv: list[str] | None = None, *, archs: dict[str, dict] = arch_curve.A
     import torch
 
     from autolade.config import GREEDY, LookaheadConfig
-    from autolade.curve import measure_step_curve
     from autolade.engine.clock import DeviceClock
     from autolade.engine.decode import lookahead_decode
+    from autolade.machine.step_curve import measure_step_curve
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -1,6 +1,6 @@
 """Side-by-side benchmark: HF greedy vs HF prompt lookup vs autolade (``autolade bench``).
 
-``run`` times the methods (through ``autolade.harness``), ``report`` holds the data and its JSON,
+``run`` times the methods (through ``autolade.tuning.harness``), ``report`` holds the data and its JSON,
 ``render`` draws the tables, the BENCHMARKS.md section and the chart, ``command`` is what the CLI calls.
 
     report = run_benchmark(model=model, tokenizer=tok, prompts={"chat": load_workload("chat", limit=10)},
@@ -8,8 +8,8 @@
     print(format_table(report)); write_report(report, "out/bench")   # out/bench.json, out/bench.png
 """
 
-from .command import bench_main
-from .render import (
+from autolade.bench.command import bench_main
+from autolade.bench.render import (
     divergences,
     format_table,
     markdown_report,
@@ -18,7 +18,7 @@ from .render import (
     write_chart,
     write_report,
 )
-from .report import (
+from autolade.bench.report import (
     BASELINES,
     HF_GREEDY,
     HF_PLD,
@@ -30,7 +30,7 @@ from .report import (
     summarise,
     write_json,
 )
-from .run import BenchPrompt, config_label, default_configs, load_sets, run_benchmark
+from autolade.bench.run import BenchPrompt, config_label, default_configs, load_sets, run_benchmark
 
 __all__ = [
     "BASELINES",

@@ -7,11 +7,11 @@ from typing import Any
 
 import torch
 
-from ..config import parse_flag, parse_method
-from ..errors import ConfigError
-from .render import divergences, fmt, format_table, out_path, write_report
-from .report import BenchReport, Run, write_json
-from .run import config_label, default_configs, load_sets, run_benchmark
+from autolade.bench.render import divergences, fmt, format_table, out_path, write_report
+from autolade.bench.report import BenchReport, Run, write_json
+from autolade.bench.run import config_label, default_configs, load_sets, run_benchmark
+from autolade.config import parse_flag, parse_method
+from autolade.errors import ConfigError
 
 
 def split_carry(spec: str) -> tuple[str, bool]:
@@ -65,8 +65,8 @@ def bench_main(
 ) -> BenchReport:
     """Load, run, print the table, write ``out.json`` and ``out.png``; what the CLI calls.
     ``profiles``: workloads whose stored profile (this machine, model, dtype) is timed too."""
-    from ..models import load
-    from ..settings import stored_profile
+    from autolade.machine.models import load
+    from autolade.runtime.settings import stored_profile
 
     if threads is not None:
         if threads < 1:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .report import HF_GREEDY, BenchReport, Run, write_json
+from autolade.bench.report import HF_GREEDY, BenchReport, Run, write_json
 
 
 def fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import LookaheadConfig
-from ..engine.recycle import NextTokenTable
-from ..errors import WorkloadError
-from ..harness import PLD_TOKENS
-from ..policies import make_policy, needs_cost
+from autolade.config import LookaheadConfig
+from autolade.engine.recycle import NextTokenTable
+from autolade.errors import WorkloadError
+from autolade.runtime.policies import make_policy, needs_cost
+from autolade.tuning.harness import PLD_TOKENS
 
 HF_GREEDY = "hf-greedy"
 HF_PLD = "hf-pld"
@@ -36,7 +36,7 @@ class Method:
     name: str
     kind: str  # "hf-greedy", "hf-pld" or "autolade"
     config: LookaheadConfig | None = None
-    # A policy name / preset / dict (autolade.policies.make_policy builds a fresh one per run), or a
+    # A policy name / preset / dict (autolade.runtime.policies.make_policy builds a fresh one per run), or a
     # factory called once per run: factory(config) or factory() -> Policy. None = static.
     policy: str | dict | Callable[..., Any] | None = None
     # autolade, recycling: keep the token recycling table from prompt to prompt of a set, as generate()

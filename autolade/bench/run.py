@@ -2,7 +2,7 @@
 
 For every prompt, every method runs once, in an order that rotates from prompt to prompt
 (so that drift of the machine, e.g. another process starting, spreads over all methods).
-Each method is timed around its whole call (prefill included) by ``autolade.harness``
+Each method is timed around its whole call (prefill included) by ``autolade.tuning.harness``
 (``perf_counter``, CUDA-synchronised on a GPU). The first prompt is run ``warmup`` times by
 every method first, untimed.
 
@@ -26,11 +26,13 @@ from typing import Any
 
 import torch
 
-from ..config import LookaheadConfig, parse_config
-from ..engine.recycle import NextTokenTable
-from ..errors import ConfigError, InputError, WorkloadError
-from ..hardware import environment, load_average
-from ..harness import (
+from autolade.bench.report import BASELINES, HF_GREEDY, HF_PLD, BenchReport, Method, Run, summarise
+from autolade.config import LookaheadConfig, parse_config
+from autolade.engine.recycle import NextTokenTable
+from autolade.errors import ConfigError, InputError, WorkloadError
+from autolade.machine.hardware import environment, load_average
+from autolade.runtime.policies import NO_CURVE, make_policy, needs_cost
+from autolade.tuning.harness import (
     PLD_TOKENS,
     HFSteps,
     Reference,
@@ -43,8 +45,7 @@ from ..harness import (
     run_pld,
     setting_label,
 )
-from ..policies import NO_CURVE, make_policy, needs_cost
-from ..prompts import (
+from autolade.workloads import (
     COPY_SET,
     Prompt,
     copy_workload,
@@ -52,7 +53,6 @@ from ..prompts import (
     load_workload,
     split_workload,
 )
-from .report import BASELINES, HF_GREEDY, HF_PLD, BenchReport, Method, Run, summarise
 
 # --- what runs ---------------------------------------------------------------------------------
 
@@ -68,7 +68,7 @@ class BenchPrompt:
 
 
 def config_label(config: LookaheadConfig, policy: Any = None) -> str:
-    """A method's table name: ``al `` and the setting's one label (``autolade.harness.setting_label``),
+    """A method's table name: ``al `` and the setting's one label (``autolade.tuning.harness.setting_label``),
     e.g. ``al greedy``, ``al lookup10``, ``al W4N4G4+L10``, ``al lookup16x3s``, ``... adaptive``."""
     return f"al {setting_label(config, policy)}"
 
@@ -131,7 +131,7 @@ def _methods(configs: Mapping[str, Any], baselines: Sequence[str]) -> list[Metho
 
 
 def load_sets(names: Sequence[str], *, limit: int | None = None, heldout: bool = False) -> dict[str, list[Prompt]]:
-    """Named prompt sets: ``chat``, ``code``, ``copy`` or workload files (see autolade.prompts).
+    """Named prompt sets: ``chat``, ``code``, ``copy`` or workload files (see autolade.workloads).
     ``heldout``: only the prompts ``autolade tune`` holds out (its default seed), never tuned on."""
     sets: dict[str, list[Prompt]] = {}
     for name in names:
@@ -205,25 +205,14 @@ def run_benchmark(
     so in ``settings["stopped_early"]``). ``on_prompt(report so far)`` after every prompt, e.g.
     to checkpoint the JSON so that a killed run still leaves its results.
     """
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ConfigError(f"warmup must be an integer >= 0, got {warmup!r}")
+    _check_counts(repeats=repeats, max_new_tokens=max_new_tokens, warmup=warmup)
     methods = _methods(default_configs() if configs is None else configs, baselines)
     grouped = _as_prompts(prompts)
     if not any(grouped.values()):
         raise WorkloadError("no prompts to benchmark")
     model.eval()
     device = next(model.parameters()).device
-    cost = None
-    if any(isinstance(m.policy, (str, dict)) and needs_cost(m.policy) for m in methods):
-        from ..settings import stored_cost
-
-        cost = stored_cost(model)
-        if cost is None:
-            raise ConfigError(NO_CURVE)
+    cost = _stored_cost(model, methods)
     env = environment(model, command=command)
     loads: list[float] = []
     runs: list[Run] = []
@@ -233,19 +222,8 @@ def run_benchmark(
     index = 0
     started = time.perf_counter()
     stopped_early: str | None = None
-    settings = {
-        "max_new_tokens": max_new_tokens,
-        "baselines": list(dict.fromkeys(baselines)),
-        "warmup": warmup,
-        "repeats": repeats,
-        "max_seconds": max_seconds,
-        "stopped_early": None,
-        "timing": "perf_counter around the whole call (prefill included); with repeats, the fastest",
-        "cpu_share": "process CPU time / (wall time x torch threads) of a run: below ~0.9, other processes took CPU",
-        "pld_tokens": PLD_TOKENS,
-        "order": "rotating per prompt: prompt i starts at method i mod M",
-        "speedup": "throughput ratio (sum tokens / sum time) vs HF greedy; median over prompts too",
-    }
+    settings = _run_settings(max_new_tokens=max_new_tokens, baselines=baselines, warmup=warmup, repeats=repeats,
+                             max_seconds=max_seconds)
 
     def build() -> BenchReport:
         done_sets = {k: v for k, v in sets.items() if v}
@@ -272,32 +250,13 @@ def run_benchmark(
                 ids = ids.to(device)
                 sets[set_name].append(pid)
                 if index == 0:
-                    for _ in range(warmup):
-                        for m in methods:
-                            done = _run_method(model, m, ids, max_new_tokens, cost,  # carrying or not: a fresh table
-                                               None if m.pairs else m.new_table())
-                            warm.append({"method": m.name, "prompt": pid, "time_s": done.seconds,
-                                         "new_tokens": len(done.tokens)})
+                    warm += _warm_up(model, methods, ids, pid, max_new_tokens=max_new_tokens, cost=cost, rounds=warmup)
                 loads.append(load_average())
                 order = rotate(methods, index)
-                outputs: dict[str, Timed] = {}
-                times: dict[str, list[float]] = {m.name: [] for m in methods}
-                shares: dict[str, float | None] = {}
-                threads = max(torch.get_num_threads(), 1)
                 before = {m.name: carried.get((m.name, set_name)) or m.new_table() for m in methods if m.carry}
-                for rnd in range(repeats):
-                    for m in rotate(order, rnd):
-                        # built before the clock starts; a method without pairs gets its kind of fresh table
-                        table = before[m.name].copy() if m.carry else None if m.pairs else m.new_table()
-                        cpu0 = time.process_time()
-                        result = _run_method(model, m, ids, max_new_tokens, cost, table)
-                        cpu = time.process_time() - cpu0
-                        if m.carry and rnd == 0:
-                            carried[(m.name, set_name)] = table  # what the next prompt starts from
-                        times[m.name].append(result.seconds)
-                        if m.name not in outputs or result.seconds < outputs[m.name].seconds:
-                            outputs[m.name] = result
-                            shares[m.name] = round(cpu / (result.seconds * threads), 3) if device.type == "cpu" else None
+                outputs, times, shares, after = _time_prompt(model, order, ids, max_new_tokens=max_new_tokens, cost=cost,
+                                                             repeats=repeats, before=before, on_cpu=device.type == "cpu")
+                carried.update({(name, set_name): table for name, table in after.items()})  # the next prompt's start
                 prompt_runs = _score_prompt(
                     model, tokenizer, set_name, pid, ids, methods, order, outputs, max_new_tokens, keep_per_step
                 )
@@ -312,6 +271,83 @@ def run_benchmark(
                     on_prompt(build())
     loads.append(load_average())
     return build()
+
+
+def _check_counts(*, repeats: Any, max_new_tokens: Any, warmup: Any) -> None:
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ConfigError(f"repeats must be a positive integer, got {repeats!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ConfigError(f"warmup must be an integer >= 0, got {warmup!r}")
+
+
+def _run_settings(*, max_new_tokens: int, baselines: Sequence[str], warmup: int, repeats: int,
+                  max_seconds: float | None) -> dict[str, Any]:
+    """The report's ``settings``: the run's parameters and how its numbers were taken."""
+    return {
+        "max_new_tokens": max_new_tokens,
+        "baselines": list(dict.fromkeys(baselines)),
+        "warmup": warmup,
+        "repeats": repeats,
+        "max_seconds": max_seconds,
+        "stopped_early": None,
+        "timing": "perf_counter around the whole call (prefill included); with repeats, the fastest",
+        "cpu_share": "process CPU time / (wall time x torch threads) of a run: below ~0.9, other processes took CPU",
+        "pld_tokens": PLD_TOKENS,
+        "order": "rotating per prompt: prompt i starts at method i mod M",
+        "speedup": "throughput ratio (sum tokens / sum time) vs HF greedy; median over prompts too",
+    }
+
+
+def _stored_cost(model: torch.nn.Module, methods: Sequence[Method]) -> Callable[[float], float] | None:
+    """This machine's stored c(k) where a method's policy plans on it (cost-aware); else None."""
+    if not any(isinstance(m.policy, (str, dict)) and needs_cost(m.policy) for m in methods):
+        return None
+    from autolade.runtime.settings import stored_cost
+
+    cost = stored_cost(model)
+    if cost is None:
+        raise ConfigError(NO_CURVE)
+    return cost
+
+
+def _warm_up(model: torch.nn.Module, methods: Sequence[Method], ids: torch.Tensor, pid: str, *, max_new_tokens: int,
+             cost: Callable[[float], float] | None, rounds: int) -> list[dict[str, Any]]:
+    """Untimed runs of every method on the first prompt (carrying or not: from a fresh table); what each took."""
+    warm = []
+    for _ in range(rounds):
+        for m in methods:
+            done = _run_method(model, m, ids, max_new_tokens, cost, None if m.pairs else m.new_table())
+            warm.append({"method": m.name, "prompt": pid, "time_s": done.seconds, "new_tokens": len(done.tokens)})
+    return warm
+
+
+def _time_prompt(model: torch.nn.Module, order: Sequence[Method], ids: torch.Tensor, *, max_new_tokens: int,
+                 cost: Callable[[float], float] | None, repeats: int, before: dict[str, NextTokenTable], on_cpu: bool,
+                 ) -> tuple[dict[str, Timed], dict[str, list[float]], dict[str, float | None], dict[str, NextTokenTable]]:
+    """Every method on one prompt, ``repeats`` rounds in rotated order: (fastest run per method, all its
+    times, its CPU share, the recycling table a carrying method's first round left for the next prompt).
+    ``before``: each carrying method's table as the earlier prompts left it; every run starts from a copy."""
+    outputs: dict[str, Timed] = {}
+    times: dict[str, list[float]] = {m.name: [] for m in order}
+    shares: dict[str, float | None] = {}
+    after: dict[str, NextTokenTable] = {}
+    threads = max(torch.get_num_threads(), 1)
+    for rnd in range(repeats):
+        for m in rotate(order, rnd):
+            # built before the clock starts; a method without pairs gets its kind of fresh table
+            table = before[m.name].copy() if m.carry else None if m.pairs else m.new_table()
+            cpu0 = time.process_time()
+            result = _run_method(model, m, ids, max_new_tokens, cost, table)
+            cpu = time.process_time() - cpu0
+            if m.carry and rnd == 0:
+                after[m.name] = table
+            times[m.name].append(result.seconds)
+            if m.name not in outputs or result.seconds < outputs[m.name].seconds:
+                outputs[m.name] = result
+                shares[m.name] = round(cpu / (result.seconds * threads), 3) if on_cpu else None
+    return outputs, times, shares, after
 
 
 def _run_method(model: torch.nn.Module, method: Method, ids: torch.Tensor, max_new_tokens: int,

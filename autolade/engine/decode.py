@@ -11,21 +11,20 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..config import LookaheadConfig
+from autolade.config import LookaheadConfig
+
 from .attention import AttentionPlan, AttentionSwitch
 from .cache import KVCache
 from .clock import DeviceClock
-from .layout import DraftTree, Layout, PackedStep, additive_mask
-from .memory import AnswerMemory, MemorySource
-from .pool import NgramPool, PoolSource
+from .drafter import Drafter
+from .layout import Layout, PackedStep, additive_mask
+from .memory import AnswerMemory
 from .prompt_lookup import PromptLookupSource
-from .recycle import EMPTY, NextTokenTable, RecycleSource
-from .sources import Candidates, DraftSource
+from .recycle import NextTokenTable
+from .sources import Candidates
 from .steps import Policy, StaticPolicy, StepOutcome, StepPlan
 from .verify import GreedyVerifier
-from .window import JacobiWindow
 
-FILLER = "filler"  # the source name of a lone step's filler draft (Drafter.pad_single)
 PROMPT_OBSERVED = 256  # with token recycling: the prompt's last positions whose next-token logits the prefill keeps
 
 
@@ -39,6 +38,14 @@ class StepRecord:
     step_ms: float
     forward_ms: float
     accepted_from: str = "none"  # the draft source of the accepted path (StepOutcome.accepted_from)
+
+    @classmethod
+    def of(cls, outcome: StepOutcome, *, new_tokens: int, windowed: bool) -> StepRecord:
+        """The log's line for one step (``windowed``: the decode has a lookahead window at all)."""
+        plan = outcome.plan
+        return cls(window=plan.window if windowed else 0, guesses=plan.guesses, packed=outcome.packed,
+                   accepted=outcome.accepted, new_tokens=new_tokens, step_ms=outcome.step_s * 1e3,
+                   forward_ms=outcome.forward_s * 1e3, accepted_from=outcome.accepted_from)
 
 
 @dataclass
@@ -101,121 +108,6 @@ class ModelRunner:
         }
 
 
-@dataclass(frozen=True, kw_only=True)
-class Drafted:
-    """One step's draft tree and what each draft source put into it."""
-
-    tree: DraftTree
-    ends: dict[str, int]  # source name -> tree size (root included) after its drafts, in insertion order
-    found: dict[str, Candidates]  # source name -> the candidates it offered
-
-    def nodes(self, name: str) -> int:
-        """Tree nodes the source added beyond prefixes shared with earlier sources (0 = no such source)."""
-        start = 1
-        for source, end in self.ends.items():
-            if source == name:
-                return end - start
-            start = end
-        return 0
-
-    def accepted_from(self, path: Sequence[int]) -> str:
-        """The source that added the accepted path's last node; "none" for an empty path."""
-        if path:
-            for source, end in self.ends.items():
-                if path[-1] < end:
-                    return source
-        return "none"
-
-
-class Drafter:
-    """The verification branch's draft sources (prompt lookup, the answer memory when given, the
-    n-gram pool, then token recycling) and the lookahead window."""
-
-    def __init__(self, *, config: LookaheadConfig, prompt: Sequence[int], memory: AnswerMemory | None = None,
-                 token_cost: float | None = None, recycled: NextTokenTable | None = None,
-                 pad_single: bool = False) -> None:
-        self.config = config
-        self.tokens: list[int] = []  # the context: prompt + committed tokens
-        # a step with nothing to draft packs one filler draft: where the curve says c(2) < c(1), it is cheaper
-        self.pad_single = pad_single
-        self._counts: dict[int, int] = {}  # token -> occurrences in the context
-        self._common = -1  # the context's most frequent token
-        self.lookup = PromptLookupSource(max_ngram=max(config.prompt_lookup_ngram, 1), scaled=config.prompt_lookup_scaled)
-        # insertion order = tree order: prompt-lookup drafts first, then memory drafts, pool n-grams, recycled
-        self.sources: list[DraftSource] = [self.lookup]
-        if memory is not None:
-            self.sources.append(MemorySource(memory, token_cost=token_cost))
-        self.pool: NgramPool | None = None
-        self.window: JacobiWindow | None = None
-        if config.lookahead:
-            source = PoolSource(cap=config.pool_cap)
-            self.pool = source.pool
-            if config.seed_pool_from_prompt and config.levels >= 1:
-                self.pool.seed(prompt, n=config.ngram)
-            self.sources.append(source)
-            self.window = JacobiWindow(width=config.window, levels=config.levels, seed_tokens=prompt)
-        self.recycler: RecycleSource | None = None
-        if config.recycle or recycled is not None:
-            self.recycler = RecycleSource(recycled, token_cost=token_cost)
-            self.sources.append(self.recycler)
-        self.commit(prompt)
-
-    def observe(self, tree: DraftTree, logits: torch.Tensor) -> None:
-        """The model's next-token logits [m, V] after the tree's first m nodes: token recycling learns from
-        them, per token and per (the token before it, token)."""
-        if self.recycler is not None:
-            m = logits.shape[0]
-            before = self.tokens[-2] if len(self.tokens) > 1 else EMPTY  # the root's previous token
-            previous = [before] + [tree.tokens[p] for p in tree.parent[1:m]]
-            self.recycler.table.observe(tree.tokens[:m], logits, previous=previous)
-
-    def observe_prompt(self, prompt: Sequence[int], logits: torch.Tensor) -> None:
-        """The prefill's next-token logits [m, V] after the prompt's last m tokens."""
-        if self.recycler is not None:
-            m = logits.shape[0]
-            previous = ([EMPTY] + list(prompt))[-m - 1 : -1]
-            self.recycler.table.observe(list(prompt)[-m:], logits, previous=previous)
-
-    def tree(self, plan: StepPlan) -> Drafted:
-        """The draft tree for this step: every source's candidates, in source order."""
-        last = self.tokens[-1]
-        tree = DraftTree(last)
-        ends: dict[str, int] = {}
-        found: dict[str, Candidates] = {}
-        for source in self.sources:
-            found[source.name] = candidates = source.get_candidates(plan=plan, last=last)
-            for draft in candidates.drafts:
-                tree.add(draft)
-            ends[source.name] = len(tree)
-        if self.pad_single and len(tree) == 1 and (self.window is None or plan.window <= 0):
-            follower = self.lookup.index.follower()  # what followed `last` before, from the lookup's own index
-            tree.add((self._common if follower is None else follower,))
-            ends[FILLER] = len(tree)
-        return Drafted(tree=tree, ends=ends, found=found)
-
-    def window_rows(self, plan: StepPlan) -> list[list[int]] | None:
-        if self.window is None or plan.window <= 0:
-            return None
-        if plan.window != self.window.width:
-            self.window.resize(plan.window, fill_tokens=self.tokens[-64:])
-        return self.window.rows
-
-    def advance_window(self, predictions: list[int]) -> None:
-        keys, grams = self.window.advance(predictions)
-        if keys:
-            self.pool.add_many(keys, grams)
-
-    def commit(self, tokens: Sequence[int]) -> None:
-        tokens = [int(tok) for tok in tokens]
-        for tok in tokens:  # the filler's fallback: the context's most frequent token
-            self._counts[tok] = n = self._counts.get(tok, 0) + 1
-            if n > self._counts.get(self._common, 0):
-                self._common = tok
-        self.tokens.extend(tokens)
-        for source in self.sources:
-            source.update(tokens=tokens)
-
-
 def prefill(runner: ModelRunner, cache: KVCache, prompt: torch.Tensor, *, keep: int = 1) -> torch.Tensor:
     """Run the prompt; returns the logits [keep, V] of its last ``keep`` positions (the last row: the
     first new token's). ``prompt``: [1, T]."""
@@ -251,8 +143,7 @@ def lookahead_step(
         tok = verifier.first(logits, drafter.tokens)
         forward_s = clock.since(tf)
         drafter.observe(tree, logits[None])
-        return [tok], StepOutcome(plan=plan, packed=1, lookup_nodes=0, pool_nodes=0, window_tokens=0, accepted=0,
-                                  accepted_from="none", step_s=clock.since(t0), forward_s=forward_s,
+        return [tok], StepOutcome(plan=plan, packed=1, window_tokens=0, accepted=0, accepted_from="none", step_s=clock.since(t0), forward_s=forward_s,
                                   match_len=lookup.match_len, shadow=lookup.shadow, emitted=(tok,))
     step = layout.build(tree, rows, t=base)
     mask = runner.packed_mask(step, base)
@@ -267,10 +158,7 @@ def lookahead_step(
     outcome = StepOutcome(
         plan=plan,
         packed=step.size,
-        lookup_nodes=drafted.nodes(PromptLookupSource.name),
-        pool_nodes=drafted.nodes(PoolSource.name),
-        memory_nodes=drafted.nodes(MemorySource.name),
-        recycle_nodes=drafted.nodes(RecycleSource.name),
+        nodes={name: drafted.nodes(name) for name in drafted.ends},
         window_tokens=step.size - len(tree),
         accepted=len(path),
         accepted_from=drafted.accepted_from(path),
@@ -370,18 +258,7 @@ def lookahead_decode(
                 tu = clock.now()
                 policy.update(outcome)
                 log.policy_ms += (tp + clock.since(tu)) * 1e3
-                log.steps.append(
-                    StepRecord(
-                        window=plan.window if drafter.window is not None else 0,
-                        guesses=plan.guesses,
-                        packed=outcome.packed,
-                        accepted=outcome.accepted,
-                        new_tokens=len(new),
-                        step_ms=outcome.step_s * 1e3,
-                        forward_ms=outcome.forward_s * 1e3,
-                        accepted_from=outcome.accepted_from,
-                    )
-                )
+                log.steps.append(StepRecord.of(outcome, new_tokens=len(new), windowed=drafter.window is not None))
                 done = commit(new)
     finally:
         runner.attention.set(runner.loaded_attention)  # a flash model ends as it began

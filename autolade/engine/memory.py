@@ -17,7 +17,7 @@ packed token's relative cost (``token_cost``, from the machine's step curve: ~0 
 tokens instead of packing tokens that are never accepted; where the memory pays, drafts keep their length.
 
 Bounded: past ``max_tokens`` remembered tokens the oldest answers are evicted. Pure data: ids in,
-ids out; where it is stored and who may see it is ``autolade.memory``'s business.
+ids out; where it is stored and who may see it is ``autolade.store.memory``'s business.
 """
 
 from __future__ import annotations

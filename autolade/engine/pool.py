@@ -69,6 +69,14 @@ class PoolSource:
     def __init__(self, *, cap: int) -> None:
         self.pool = NgramPool(cap=cap)
 
+    @classmethod
+    def for_prompt(cls, *, cap: int, prompt: Sequence[int], ngram: int) -> PoolSource:
+        """A source whose pool starts with the prompt's ``ngram``-grams (0: empty)."""
+        source = cls(cap=cap)
+        if ngram:
+            source.pool.seed(prompt, n=ngram)
+        return source
+
     def get_candidates(self, *, plan: StepPlan, last: int) -> Candidates:
         return Candidates(drafts=self.pool.get(last, plan.guesses) if plan.guesses else [])
 

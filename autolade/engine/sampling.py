@@ -46,7 +46,8 @@ from typing import Any
 
 import torch
 
-from ..errors import ConfigError
+from autolade.errors import ConfigError
+
 from .layout import DraftTree
 
 # transformers' defaults for unset generation settings (``GenerationConfig._get_default_generation_params``):

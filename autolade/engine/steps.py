@@ -4,15 +4,16 @@ The decode loop calls ``policy.plan()`` before a step and ``policy.update(outcom
 two-method shape of transformers' candidate generators). A policy holds no model and never changes
 the output: it only chooses how many tokens the verifier gets to check. ``StaticPolicy`` (the
 config's fixed W/N/G every step) is the loop's default; the adaptive ones live in
-``autolade.policies``.
+``autolade.runtime.policies``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..config import LookaheadConfig
+from autolade.config import LookaheadConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,15 +35,14 @@ class StepOutcome:
 
     plan: StepPlan
     packed: int  # tokens in the forward (1 = plain greedy step)
-    lookup_nodes: int  # draft-tree nodes from prompt lookup
-    pool_nodes: int  # draft-tree nodes added by pool n-grams (beyond shared prefixes)
     window_tokens: int  # lookahead-branch tokens in the forward
     accepted: int
     accepted_from: str  # "none", "lookup" (prompt-lookup draft), "memory" (an earlier answer), "pool" (a pool n-gram) or "recycle" (recycled top-k predictions)
     step_s: float  # wall time of the whole step
     forward_s: float  # wall time of the model forward alone
-    memory_nodes: int = 0  # draft-tree nodes added by the answer memory (beyond shared prefixes)
-    recycle_nodes: int = 0  # draft-tree nodes added by token recycling (beyond shared prefixes)
+    # draft-tree nodes per draft source name ("lookup", "memory", "pool", "recycle", "filler"), each beyond the
+    # prefixes it shares with earlier sources; a source that added none may be absent
+    nodes: Mapping[str, int] = field(default_factory=dict)
     longest_draft: int = 0  # tokens in the longest prompt-lookup draft packed (0 = none)
     match_len: int = 0  # tokens of the suffix match the prompt-lookup drafts came from (0 = none)
     shadow: tuple[tuple[int, ...], ...] = ()  # lookup drafts found but not packed (plan.shadow_len): the later tokens show what they would have accepted

@@ -1,0 +1,3 @@
+from autolade.cli.main import cli
+
+__all__ = ["cli"]

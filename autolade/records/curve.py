@@ -1,0 +1,201 @@
+"""The step-latency curve c(k): what one cached forward of k packed tokens costs.
+
+Lookahead decoding wins when it accepts r tokens per step and r * c(1) / c(k) > 1. This
+module is the data: the measured points, "spare compute", the speedup bound and the JSON form.
+``autolade.machine.step_curve`` measures it on the real model; ``autolade.runtime.predict`` prices
+a measured acceptance table (r and k per setting) on it to choose settings.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from autolade.errors import ProfileError
+
+CPU_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128)  # geometric, plus in-betweens where CPU curves bend
+GPU_KS = (1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256)  # GPUs stay flat much further
+SPARE_COMPUTE_RATIO = 1.25  # "spare compute" = largest k costing at most this times c(1)
+CURVE_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StepCurve:
+    """Median milliseconds of one cached forward of k packed tokens, per context length."""
+
+    points: dict[int, dict[int, float]]  # {context: {k: ms}}, every context measured at the same ks
+    device: str = "cpu"  # torch device the model ran on
+    dtype: str = "float32"  # model dtype, e.g. "float32" / "bfloat16"
+    repeats: int = 5  # timed forwards per point (the median is kept)
+    model: str | None = None  # model name, for display only
+    torch_threads: int | None = None  # torch.get_num_threads() while measuring (CPU)
+    spread: dict[int, dict[int, float]] | None = None  # {context: {k: (max - min) / median}} over the repeats
+    notes: tuple[str, ...] = ()  # e.g. "system busy while measuring ..."; shown with the table
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.points, dict) or not self.points:
+            raise ProfileError("step curve: points must be a non-empty {context: {k: ms}} mapping")
+        for context, row in self.points.items():
+            if not isinstance(context, int) or context < 0:
+                raise ProfileError(f"step curve: context must be an integer >= 0, got {context!r}")
+            if not isinstance(row, dict) or 1 not in row:
+                raise ProfileError(f"step curve: context {context} must include k=1 (the greedy step)")
+            for k, ms in row.items():
+                if not isinstance(k, int) or k < 1:
+                    raise ProfileError(f"step curve: k must be an integer >= 1, got {k!r}")
+                if not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms <= 0:
+                    raise ProfileError(f"step curve: cost at context {context}, k={k} must be positive ms, got {ms!r}")
+
+    @property
+    def contexts(self) -> list[int]:
+        return sorted(self.points)
+
+    @property
+    def ks(self) -> list[int]:
+        """The ks measured at every context."""
+        common = set.intersection(*(set(row) for row in self.points.values()))
+        return sorted(common)
+
+    def cost(self, k: float, context: int | None = None) -> float:
+        """c(k) in ms: piecewise-linear in k and in context, clamped to the measured range.
+
+        ``context=None`` averages over the measured contexts.
+        """
+        if context is None:
+            return statistics.fmean(self._cost_at(ctx, k) for ctx in self.contexts)
+        contexts = self.contexts
+        return _interp(contexts, [self._cost_at(ctx, k) for ctx in contexts], context)
+
+    def _cost_at(self, context: int, k: float) -> float:
+        row = self.points[context]
+        ks = sorted(row)
+        return _interp(ks, [row[x] for x in ks], k)
+
+    def token_cost(self, k: int = 32) -> float:
+        """What one more packed token costs relative to a one-token step, on average over 1..k packed
+        tokens: (c(k) - c(1)) / ((k - 1) c(1)), at least 0 (a GPU's flat curve: ~0; 2-core CPUs: 0.02-0.03)."""
+        one = self.cost(1)
+        return max(0.0, (self.cost(k) - one) / ((k - 1) * one))
+
+    def pads_single(self) -> bool:
+        """Whether a two-token step costs less than a one-token step here (c(2) < c(1), averaged over the
+        measured contexts): then a step with nothing to draft packs a filler draft (``generate(pad_single=)``).
+        Measured: the 1.5B Qwen in bf16 on a 2-core EPYC, c(2) 0.84-0.92 c(1) (its one-row bf16 matmuls take a
+        slower kernel than two rows); SmolLM2 bf16 1.05 and fp32 1.6-1.9 there do not."""
+        return 2 in self.ks and self.cost(2) < self.cost(1)
+
+    def spare_compute(self, context: int | None = None) -> int:
+        """Largest measured k such that every measured k' <= k costs at most 1.25 x c(1)."""
+        best = 1
+        limit = SPARE_COMPUTE_RATIO * self.cost(1, context)
+        for k in self.ks:
+            if self.cost(k, context) > limit:
+                break
+            best = k
+        return best
+
+    def speedup_bound(self, window: int, ngram: int, guesses: int, *, context: int | None = None) -> float:
+        """Upper bound on lookahead speedup over greedy for these W/N/G.
+
+        A step accepts at most N tokens (a full (N-1)-token candidate plus the bonus token)
+        and packs k = 1 + (N-1)W + G(N-1) tokens, so the bound is N * c(1) / c(k). Past the
+        largest measured k the cost is clamped, which only loosens the bound.
+        """
+        if window <= 0 or ngram < 2:
+            return 1.0
+        k = packed_tokens(window=window, ngram=ngram, guesses=guesses)
+        return ngram * self.cost(1, context) / self.cost(k, context)
+
+    def noisy_points(self, *, threshold: float = 0.5) -> list[tuple[int, int, float]]:
+        """(context, k, spread) of the points whose repeats varied by more than ``threshold`` x median."""
+        if not self.spread:
+            return []
+        return [(ctx, k, sp) for ctx, row in sorted(self.spread.items()) for k, sp in sorted(row.items()) if sp > threshold]
+
+    def table(self) -> str:
+        """Readable table: one row per k, one column per context (ms and x c(1))."""
+        contexts = self.contexts
+        head = "     k  " + "".join(f"  ctx {ctx:>5} ms   (x c1)" for ctx in contexts)
+        lines = [head]
+        for k in self.ks:
+            cells = []
+            for ctx in contexts:
+                ms = self.points[ctx][k]
+                cells.append(f"  {ms:>12.2f}   ({ms / self.points[ctx][1]:>4.2f})")
+            lines.append(f"{k:>6}  " + "".join(cells))
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": CURVE_FORMAT_VERSION,
+            "device": self.device,
+            "dtype": self.dtype,
+            "repeats": self.repeats,
+            "model": self.model,
+            "torch_threads": self.torch_threads,
+            # JSON keys are strings; from_dict turns them back into ints
+            "points": _str_keys(self.points),
+            "spread": _str_keys(self.spread) if self.spread else None,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> StepCurve:
+        if not isinstance(data, dict):
+            raise ProfileError(f"step curve must be a JSON object, got {type(data).__name__}")
+        if data.get("version", CURVE_FORMAT_VERSION) != CURVE_FORMAT_VERSION:
+            raise ProfileError(f"step curve version {data.get('version')!r} is not supported (expected {CURVE_FORMAT_VERSION})")
+        raw = data.get("points")
+        if not isinstance(raw, dict):
+            raise ProfileError("step curve: 'points' must be a {context: {k: ms}} object")
+        points = _int_keys(raw, "points")
+        spread = _int_keys(data["spread"], "spread") if data.get("spread") is not None else None
+        notes = data.get("notes") or []
+        if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+            raise ProfileError("step curve: 'notes' must be a list of strings")
+        for key, kind in (("device", str), ("dtype", str), ("repeats", int)):
+            if key in data and not isinstance(data[key], kind):
+                raise ProfileError(f"step curve: '{key}' must be {kind.__name__}, got {data[key]!r}")
+        return cls(
+            points=points,
+            device=data.get("device", "cpu"),
+            dtype=data.get("dtype", "float32"),
+            repeats=data.get("repeats", 5),
+            model=data.get("model"),
+            torch_threads=data.get("torch_threads"),
+            spread=spread,
+            notes=tuple(notes),
+        )
+
+
+def _str_keys(table: dict[int, dict[int, float]]) -> dict[str, dict[str, float]]:
+    # JSON keys are strings; _int_keys turns them back
+    return {str(ctx): {str(k): round(v, 4) for k, v in sorted(row.items())} for ctx, row in sorted(table.items())}
+
+
+def _int_keys(raw: Any, name: str) -> dict[int, dict[int, float]]:
+    try:
+        return {int(ctx): {int(k): float(v) for k, v in row.items()} for ctx, row in raw.items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ProfileError(f"step curve: '{name}' must map integer contexts to {{k: value}}: {exc}") from None
+
+
+def packed_tokens(*, window: int, ngram: int, guesses: int) -> int:
+    """k = 1 + (N-1)W + G(N-1): the packed tokens of one lookahead step (no prompt lookup)."""
+    if window <= 0 or ngram < 2:
+        return 1
+    return 1 + (ngram - 1) * window + guesses * (ngram - 1)
+
+
+def _interp(xs: list[int], ys: list[float], x: float) -> float:
+    """Piecewise-linear interpolation through sorted xs, clamped at both ends."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return ys[-1]  # pragma: no cover - unreachable for sorted xs
