@@ -23,6 +23,7 @@ LAYERS = (
     ("api", ("autolade.api", "autolade.hf", "autolade")),  # autolade/__init__.py: the public surface
     ("tuning", ("autolade.tuning",)),
     ("bench", ("autolade.bench",)),
+    ("serve", ("autolade.serve",)),  # the HTTP server: over api, beside bench
     ("cli", ("autolade.cli", "autolade.__main__")),
 )
 # the engine is the core: besides itself it sees only the config and the errors

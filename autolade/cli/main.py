@@ -13,6 +13,7 @@ import click
 from autolade.cli.errors import clean_errors
 from autolade.cli.memory import memory_group
 from autolade.cli.profiles import profile_command, profiles_group
+from autolade.cli.serve import serve as serve_command
 from autolade.cli.tune import accept_command, tune_command
 
 
@@ -154,3 +155,4 @@ cli.add_command(profiles_group)
 cli.add_command(tune_command)
 cli.add_command(accept_command)
 cli.add_command(memory_group)
+cli.add_command(serve_command)

@@ -1,0 +1,38 @@
+"""``autolade serve``: the OpenAI-compatible server (argument handling only; autolade/serve/ does the work)."""
+
+from __future__ import annotations
+
+import click
+
+from autolade.cli.errors import clean_errors
+
+
+@click.command()
+@click.option("--model", "-m", default="smollm2-135m", show_default=True, help="registry name, hub alias, HF dir, cached hub id or .gguf")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default="float32", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every interface)")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--name", default=None, help="the model name clients pass (default: --model)")
+@click.option("--workload", default=None, help="default workload of requests that name none (default: chat for chat "
+              "requests, code for raw completions)")
+@click.option("--memory/--no-memory", default=None, help="draft from (and remember in) the n-gram memory (default: on when greedy)")
+@click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
+@clean_errors
+def serve(model, dtype, host, port, name, workload, memory, trust_remote_code):
+    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
+    try:
+        import uvicorn
+
+        from autolade.serve.app import create_app
+    except ImportError as exc:
+        raise click.ClickException(f"the server needs its extra ({exc.name} is missing): pip install -e '.[serve]' "
+                                   "(bash tools/setup.sh installs it)") from None
+    from autolade import api
+    from autolade.serve.worker import ModelServer
+
+    click.echo(f"loading {model} ({dtype})...", err=True)
+    mdl, tok = api.load(model, dtype=dtype, trust_remote_code=trust_remote_code)
+    server = ModelServer(mdl, tok, name=name or model, workload=workload, memory=memory)
+    click.echo(f"autolade: serving {server.name} on http://{host}:{port}/v1 (requests take turns at the model "
+               "after every decode step)", err=True)
+    uvicorn.run(create_app(server), host=host, port=port, log_level="warning")

@@ -1,0 +1,1 @@
+"""``autolade serve``: an OpenAI-compatible HTTP server over the exact lookahead decoder."""

@@ -1,0 +1,137 @@
+"""The HTTP side: an OpenAI-compatible FastAPI app over one ``ModelServer``.
+
+Routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (non-streaming and
+server-sent events), ``GET /health``. Each request decodes in a worker thread; the threads take turns
+at the model after every decode step (``turns.FairTurn``), so concurrent requests progress together
+and a client that disconnects frees its turn at the next step. Errors are OpenAI-style JSON (4xx for
+the request's faults); the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from autolade.serve.requests import ApiError, DecodeRequest, decode_request, parse_body
+from autolade.serve.worker import Completion, ModelServer
+
+DONE = object()  # end of a stream's queue
+
+
+def create_app(server: ModelServer) -> FastAPI:
+    app = FastAPI(title="autolade", summary="exact lookahead decoding behind an OpenAI-compatible API")
+    created = int(time.time())
+
+    @app.exception_handler(ApiError)
+    async def api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(ApiError(exc.status_code, str(exc.detail)).body(), status_code=exc.status_code)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "model": server.name, "waiting": server.turn.waiting}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": server.name, "object": "model", "created": created, "owned_by": "autolade"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await _complete(server, request, chat=True)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await _complete(server, request, chat=False)
+
+    return app
+
+
+async def _complete(server: ModelServer, request: Request, *, chat: bool):
+    req = decode_request(parse_body(await request.body()), chat=chat, served=server.name)
+    rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+    if req.stream:
+        return StreamingResponse(_stream(server, req, rid), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    done = await asyncio.to_thread(server.run, req)
+    return _response(server, req, rid, done)
+
+
+def _response(server: ModelServer, req: DecodeRequest, rid: str, done: Completion) -> dict[str, Any]:
+    if req.chat:
+        choice = {"index": 0, "message": {"role": "assistant", "content": done.text}, "logprobs": None,
+                  "finish_reason": done.finish_reason}
+    else:
+        choice = {"index": 0, "text": done.text, "logprobs": None, "finish_reason": done.finish_reason}
+    return {"id": rid, "object": "chat.completion" if req.chat else "text_completion", "created": int(time.time()),
+            "model": server.name, "choices": [choice], "usage": _usage(done), "autolade": done.settings}
+
+
+def _usage(done: Completion) -> dict[str, int]:
+    return {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens,
+            "total_tokens": done.prompt_tokens + done.completion_tokens}
+
+
+def _chunk(server: ModelServer, req: DecodeRequest, rid: str, text: str | None, finish: str | None,
+           *, first: bool = False) -> dict[str, Any]:
+    if req.chat:
+        delta: dict[str, Any] = {"role": "assistant", "content": text or ""} if first else (
+            {"content": text} if text is not None else {})
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+    return {"id": rid, "object": "chat.completion.chunk" if req.chat else "text_completion", "created": int(time.time()),
+            "model": server.name, "choices": [choice]}
+
+
+async def _stream(server: ModelServer, req: DecodeRequest, rid: str) -> AsyncIterator[str]:
+    """Server-sent events: a chunk per step's new text, a last chunk with the finish reason, [DONE].
+    When the client goes away the generator is closed: the decode stops at its next step."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    gone = threading.Event()
+
+    def work() -> None:
+        try:
+            done = server.run(req, on_text=lambda t: loop.call_soon_threadsafe(queue.put_nowait, t),
+                              cancelled=gone.is_set)
+            loop.call_soon_threadsafe(queue.put_nowait, done)
+        except Exception as exc:  # an ApiError, Cancelled, or a fault: the stream says so and ends
+            loop.call_soon_threadsafe(queue.put_nowait, exc)
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, DONE)
+
+    worker = loop.run_in_executor(None, work)
+    try:
+        yield _sse(_chunk(server, req, rid, "", None, first=True))
+        while (item := await queue.get()) is not DONE:
+            if isinstance(item, str):
+                yield _sse(_chunk(server, req, rid, item, None))
+            elif isinstance(item, Completion):
+                last = _chunk(server, req, rid, None, item.finish_reason)
+                last["autolade"] = item.settings
+                yield _sse(last)
+                if req.include_usage:
+                    yield _sse({**_chunk(server, req, rid, None, None), "choices": [], "usage": _usage(item)})
+            elif isinstance(item, Exception):
+                err = item if isinstance(item, ApiError) else ApiError(500, f"decoding failed: {item}", kind="server_error")
+                yield _sse(err.body())
+        yield "data: [DONE]\n\n"
+    finally:
+        gone.set()  # a closed stream (client gone) cancels the decode; after a finished one this is a no-op
+        await worker
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
