@@ -14,7 +14,7 @@ from autolade.engine.decode import DecodeLog, lookahead_decode
 from autolade.engine.memory import AnswerMemory
 from autolade.engine.recycle import NextTokenTable
 from autolade.engine.sampling import SamplingVerifier, make_verifier, reject_unsupported
-from autolade.errors import ConfigError, InputError
+from autolade.errors import ConfigError, InputError, StoreError
 from autolade.machine.models import eos_ids
 from autolade.runtime.policies import Policy, make_policy, needs_cost
 from autolade.runtime.settings import resolve_settings, stored_cost, stored_pads_single, stored_token_cost
@@ -74,6 +74,31 @@ def load(name_or_path: str = "smollm2-135m", *, dtype: str = "float32", trust_re
     from autolade.machine.models import load as _load
 
     return _load(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
+
+
+def known_workloads(model: torch.nn.Module) -> list[str]:
+    """The workload tags ``model`` has met, sorted: the ones settings resolution always tries (general,
+    chat, code), those the n-gram memory holds answers or a recycling table under, and those a stored
+    profile of it was tuned for. Reads only the stores that exist; creates none."""
+    from autolade.machine.models import model_fingerprint
+    from autolade.paths import user_dir
+    from autolade.records.profile import model_key
+    from autolade.store.db import DB_NAME, ProfileStore
+    from autolade.store.memory import memory_path, open_memory_store, recycling_summary, summary
+    from autolade.workloads import FALLBACK_ORDER
+
+    key = model_key(model_fingerprint(model))
+    known = set(FALLBACK_ORDER)
+    try:
+        if memory_path().is_file():
+            with open_memory_store() as store:
+                known.update(row["workload"] for row in summary(store) + recycling_summary(store) if row["model"] == key)
+        if (user_dir() / DB_NAME).is_file():
+            with ProfileStore() as store:
+                known.update(p.workload for p in store.list(model=key))
+    except StoreError:  # an unreadable store knows nothing: generate() says what it makes of it
+        pass
+    return sorted(known)
 
 
 def generate(
@@ -245,8 +270,7 @@ def check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) -> 
         raise InputError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
     if input_ids.shape[1] == 0:
         raise InputError("the prompt is empty: give at least one token")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ConfigError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    _check_max_new_tokens(max_new_tokens)
     cfg = getattr(model.config, "get_text_config", lambda: model.config)()
     vocab = int(getattr(cfg, "vocab_size", 0) or 0)
     if vocab and (int(input_ids.max()) >= vocab or int(input_ids.min()) < 0):
@@ -261,15 +285,53 @@ def check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) -> 
     return input_ids.to(device=device, dtype=torch.long)
 
 
-def _resolve_config(model, config, window, ngram, guesses, workload, tokenizer=None) -> tuple[LookaheadConfig, str, dict | None]:
-    """(config, where it came from, the profile's policy spec or None)."""
+def check_arguments(
+    *,
+    max_new_tokens: int = 256,
+    window: int | None = None,
+    ngram: int | None = None,
+    guesses: int | None = None,
+    config: LookaheadConfig | None = None,
+    policy: Policy | str | dict | None = None,
+    do_sample: bool = False,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    seed: int | None = None,
+) -> None:
+    """A ConfigError for what ``generate`` refuses whatever the model: ``max_new_tokens``, W/N/G (or
+    ``config``), the runtime policy and the sampling settings, each checked as ``generate`` checks it.
+    The CLI calls it before it loads the model, so that a typo fails in a second, not after the load."""
+    _check_max_new_tokens(max_new_tokens)
+    explicit = _explicit_config(config, window, ngram, guesses)
+    if (policy is None or isinstance(policy, (str, dict))) and not needs_cost(policy):  # cost-aware: needs the model's curve
+        make_policy(policy, explicit or LookaheadConfig())
+    make_verifier(None, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                  repetition_penalty=repetition_penalty, seed=seed)  # no model: its generation_config is not consulted
+
+
+def _check_max_new_tokens(max_new_tokens: Any) -> None:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ConfigError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+
+
+def _explicit_config(config, window, ngram, guesses) -> LookaheadConfig | None:
+    """The settings the caller gave (``config``, with W/N/G over it), validated; None: none given."""
     overrides = {k: v for k, v in (("window", window), ("ngram", ngram), ("guesses", guesses)) if v is not None}
     if config is not None:
         if not isinstance(config, LookaheadConfig):
             raise ConfigError("config must be an autolade.LookaheadConfig")
-        return (config.with_(**overrides) if overrides else config), "explicit", None
-    if overrides:
-        return LookaheadConfig(**overrides), "explicit", None
+        return config.with_(**overrides) if overrides else config
+    return LookaheadConfig(**overrides) if overrides else None
+
+
+def _resolve_config(model, config, window, ngram, guesses, workload, tokenizer=None) -> tuple[LookaheadConfig, str, dict | None]:
+    """(config, where it came from, the profile's policy spec or None)."""
+    explicit = _explicit_config(config, window, ngram, guesses)
+    if explicit is not None:
+        return explicit, "explicit", None
     return resolve_settings(model, workload=workload, tokenizer=tokenizer)
 
 

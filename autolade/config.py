@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -17,7 +18,8 @@ MAX_RECYCLE = 128
 
 @dataclass(frozen=True)
 class LookaheadConfig:
-    """W/N/G and the verification branch's sources. ``window=0`` or ``ngram<2`` is plain greedy."""
+    """W/N/G and the verification branch's sources. ``window=0`` turns the Jacobi window off (N is then unused);
+    a window needs ``ngram >= 2``."""
 
     window: int = 4  # W: Jacobi window columns; small on CPU (a packed step costs ~c(k)), 15 on an A100
     ngram: int = 4  # N: n-gram size; the window holds N-1 levels, pool entries are N-1 tokens after a key
@@ -46,7 +48,8 @@ class LookaheadConfig:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{f.name} must be an integer, got {value!r}")
             if value < 0:
-                raise ConfigError(f"{f.name} must be >= 0, got {value}; use window=0 for plain greedy")
+                symbol = {"window": " (W)", "ngram": " (N)", "guesses": " (G)"}.get(f.name, "")
+                raise ConfigError(f"{f.name}{symbol} must be >= 0, got {value}: {_MEANING[f.name]}")
         _bound("window", self.window, MAX_WINDOW)
         _bound("ngram", self.ngram, MAX_NGRAM)
         _bound("guesses", self.guesses, MAX_GUESSES)
@@ -56,6 +59,10 @@ class LookaheadConfig:
         _bound("prompt_lookup_drafts", self.prompt_lookup_drafts, 8)
         if self.pool_per_key is not None:
             _bound("pool_per_key", self.pool_per_key, 4 * MAX_GUESSES)
+        if self.window > 0 and self.ngram < 2:
+            raise ConfigError(f"ngram={self.ngram} with window={self.window}: lookahead needs N >= 2 (the window holds "
+                              "N-1 levels and the pool n-grams of N tokens); use ngram >= 2, or window=0 to turn the "
+                              "Jacobi window off")
         if self.prompt_lookup > 0 and self.prompt_lookup_ngram < 1:
             raise ConfigError("prompt_lookup_ngram must be >= 1 when prompt_lookup > 0 (or set prompt_lookup=0)")
 
@@ -104,6 +111,18 @@ class LookaheadConfig:
 
 
 
+_MEANING = {  # what each integer setting is, for the message that refuses a negative one
+    "window": "W is the Jacobi window's columns; window=0 turns the window off (plain greedy without other drafts)",
+    "ngram": "N is the n-gram size; lookahead needs N >= 2 (or window=0)",
+    "guesses": "G is how many pool n-grams are verified per step; guesses=0 verifies none",
+    "prompt_lookup": "the longest prompt-lookup draft, in tokens; prompt_lookup=0 turns prompt lookup off",
+    "prompt_lookup_ngram": "the longest context suffix matched for prompt lookup, in tokens",
+    "prompt_lookup_drafts": "how many earlier occurrences prompt lookup drafts per step",
+    "pool_per_key": "the pool's n-grams kept per key token; None sizes it from guesses",
+    "recycle": "the draft-tree nodes grown by token recycling; recycle=0 turns it off",
+}
+
+
 def _bound(name: str, value: int, upper: int) -> None:
     if value > upper:
         raise ConfigError(f"{name}={value} is beyond the supported maximum {upper}; pick a value in 0..{upper}")
@@ -144,9 +163,17 @@ def parse_flag(spec: str, key: str, value: str) -> bool:
     return value in ("1", "true")
 
 
-def parse_method(spec: str) -> tuple[LookaheadConfig, str | None]:
+def spec_keys(also: Sequence[str] = ()) -> list[str]:
+    """The ``key=value`` keys a setting spec takes: every LookaheadConfig field, the short aliases,
+    ``policy``, and ``also`` (keys a caller takes out of the spec before parsing it)."""
+    return sorted({f.name for f in fields(LookaheadConfig)} | set(_SPEC_ALIASES) | {"policy", *also})
+
+
+def parse_method(spec: str, *, also: Sequence[str] = ()) -> tuple[LookaheadConfig, str | None]:
     """Like ``parse_config``, plus an optional ``policy=NAME`` item (a name or a preset in
-    ``policies/``, e.g. ``4,4,4,10,policy=adaptive``): (config, policy name or None)."""
+    ``policies/``, e.g. ``4,4,4,10,policy=adaptive``): (config, policy name or None). ``also``: keys
+    the caller takes out of the spec first, named with the valid keys when a key is unknown."""
+    known = {f.name for f in fields(LookaheadConfig)}
     policy = None
     parts = [p.strip() for p in str(spec).split(",") if p.strip()]
     positional = [p for p in parts if "=" not in p]
@@ -162,6 +189,9 @@ def parse_method(spec: str) -> tuple[LookaheadConfig, str | None]:
         key, _, value = item.partition("=")
         key = _SPEC_ALIASES.get(key.strip(), key.strip())
         value = value.strip()
+        if key not in known and key != "policy":
+            raise ConfigError(f"--config {spec!r}: unknown key {item.partition('=')[0].strip()!r}; "
+                              f"valid keys: {', '.join(spec_keys(also))}")
         if key == "policy":
             if not value:
                 raise ConfigError(f"--config {spec!r}: policy= needs a name")

@@ -29,3 +29,7 @@ class StoreError(AutoladeError):
 
 class WorkloadError(AutoladeError, ValueError):
     """A workload (prompt set) that cannot be read."""
+
+
+class StoreWarning(UserWarning):
+    """A store autolade went on without, or only read: read-only, corrupt or unreadable (said once per file)."""

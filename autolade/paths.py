@@ -9,10 +9,14 @@ ENV_VAR = "AUTOLADE_HOME"
 
 
 def user_dir() -> Path:
-    """The user dir (``$AUTOLADE_HOME`` or ``~/.cache/autolade``), created on first use."""
+    """The user dir (``$AUTOLADE_HOME`` or ``~/.cache/autolade``), created on first use where it can be: on a
+    read-only filesystem it is returned as it is, and the stores in it read as empty (see docs/operations.md)."""
     raw = os.environ.get(ENV_VAR)
     path = Path(raw).expanduser() if raw else Path.home() / ".cache" / "autolade"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass  # read-only: whoever writes there says so (ProfileStore opens read-only)
     return path
 
 

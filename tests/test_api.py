@@ -245,3 +245,49 @@ def test_memory_remembers_answers_and_drafts_from_them_without_changing_the_outp
     # another workload is another memory
     chat = generate(llama, ids, max_new_tokens=60, config=cfg, workload="chat", memory=True)
     assert chat.stats.memory.startswith("0 answers")
+
+
+def test_a_read_only_home_decodes_and_drafts_from_the_memory_it_cannot_write(llama, monkeypatch):
+    """memory.db and autolade.db in a home this process cannot write: the memory is opened read-only and
+    drafted from, the stats say read only, nothing is written, and each file is warned about once."""
+    import warnings
+
+    from readonly import read_only, readable_home
+
+    from autolade.errors import StoreWarning
+    from autolade.store.db import ProfileStore
+
+    cfg = LookaheadConfig(window=0, guesses=0, prompt_lookup=8, prompt_lookup_drafts=1)
+    ids = torch.randperm(90, generator=torch.Generator().manual_seed(3))[:30].add(3).unsqueeze(0)
+    with readable_home(monkeypatch) as home:
+        first = generate(llama, ids, max_new_tokens=40, config=cfg, workload="code", memory=True)
+        ProfileStore().close()
+        before = sorted((p.name, p.read_bytes()) for p in home.iterdir() if p.is_file())
+        with read_only(home), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            runs = [generate(llama, ids, max_new_tokens=40, config=cfg, workload="code", memory=True) for _ in range(2)]
+            plain = generate(llama, ids, max_new_tokens=4, workload="code")  # no settings given: the store is read
+        after = sorted((p.name, p.read_bytes()) for p in home.iterdir() if p.is_file())
+    assert after == before
+    for res in runs:
+        assert res.sequences.tolist() == first.sequences.tolist()
+        assert res.stats.memory.startswith("1 answers") and "read only" in res.stats.memory, res.stats.memory
+        assert "could not" not in res.stats.memory and "not remembered" not in res.stats.memory
+        assert res.stats.accepted_by.get("memory", 0) > 0
+    assert plain.sequences.shape[1] == ids.shape[1] + 4 and "read only" in plain.stats.memory
+    said = [str(w.message) for w in caught if issubclass(w.category, StoreWarning)]
+    assert len(said) == 2 and any("memory.db" in s for s in said) and any("autolade.db" in s for s in said), said
+
+
+def test_check_arguments_refuses_without_a_model(llama):
+    """What the CLI checks before it loads a model: the same refusals generate() makes."""
+    from autolade.api import check_arguments
+
+    check_arguments(max_new_tokens=8, window=2, ngram=3, guesses=2, policy="adaptive", do_sample=True, top_p=0.9)
+    for kw, match in [({"max_new_tokens": -1}, "max_new_tokens"), ({"ngram": 1}, "lookahead needs N >= 2"),
+                      ({"guesses": -1}, r"guesses \(G\)"), ({"do_sample": True, "temperature": -1.0}, "temperature"),
+                      ({"top_p": 0.5}, "only applies when sampling"), ({"policy": "fastest"}, "unknown policy")]:
+        with pytest.raises(ConfigError, match=match):
+            check_arguments(**kw)
+    with pytest.raises(ConfigError, match="lookahead needs N >= 2"):  # generate() itself: a window needs N >= 2
+        generate(llama, repetitive_prompt(), max_new_tokens=4, window=3, ngram=1)

@@ -71,3 +71,134 @@ def test_tune_a_hub_alias_end_to_end_offline(tmp_path, monkeypatch):
                                    "--report", str(tmp_path / "r2.png")])
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert "memory: empty; trials run without it" in res.output and "-memory-" in res.output
+
+
+# --- bad arguments are refused before the model loads (issue 35) ------------------------------
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """Loading a model fails loudly: an error that comes after it would show "loaded"."""
+    import autolade.machine.models
+
+    def load(*args, **kwargs):
+        raise AssertionError("loaded")
+
+    monkeypatch.setattr(autolade.machine.models, "load", load)
+
+
+def _refused(args: list[str], expected: str) -> str:
+    res = CliRunner().invoke(cli, args)
+    assert not isinstance(res.exception, AssertionError), f"the model was loaded first: {res.output}"
+    assert res.exit_code in (1, 2), res.output + repr(res.exception)
+    assert expected in res.output and "Traceback" not in res.output and "loading " not in res.output, res.output
+    return res.output
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["-n", "-1"], "max_new_tokens must be an integer >= 0, got -1"),
+    (["-W", "1000000"], "window=1000000 is beyond the supported maximum"),
+    (["-N", "1"], "lookahead needs N >= 2"),
+    (["-N", "0", "-W", "3"], "lookahead needs N >= 2"),
+    (["-G", "-1"], "guesses (G) must be >= 0"),
+    (["--sample", "--temperature", "-1"], "temperature must be a number > 0"),
+    (["--sample", "--top-p", "1.5"], "top_p must be a number in"),
+    (["--sample", "--top-p", "-0.1"], "top_p must be a number in"),
+    (["--sample", "--top-k", "-2"], "top_k must be an integer >= 0"),
+    (["--temperature", "0.7"], "only applies when sampling"),
+    (["--policy", "fastest"], "unknown policy 'fastest'"),
+])
+def test_generate_refuses_bad_arguments_before_loading(no_loading, args, expected):
+    _refused(["generate", "Hi", *args], expected)
+
+
+def test_generate_refuses_an_empty_prompt_before_loading(no_loading):
+    _refused(["generate", "   "], "the prompt is empty")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--workload", "no-such-workload"], "no workload named 'no-such-workload'"),
+    (["-n", "-1"], "--max-new-tokens must be at least 1"),
+    (["--prompts", "0"], "--prompts must be at least 1"),
+])
+def test_accept_refuses_bad_arguments_before_loading(no_loading, args, expected):
+    _refused(["accept", *args], expected)
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--storage", "bogus://x"], "--storage 'bogus://x' is not a storage autolade knows"),
+    (["--storage", "postgresql+nosuchdriver://u@h/db"], "--storage 'postgresql+nosuchdriver://u@h/db'"),
+    (["--workload", "no-such-workload"], "no workload named 'no-such-workload'"),
+])
+def test_tune_refuses_bad_arguments_before_loading(no_loading, args, expected, tmp_path):
+    _refused(["tune", "--trials", "1", "--report", str(tmp_path / "r.png"), *args], expected)
+    assert not (tmp_path / "r.png").exists()
+
+
+def test_generate_notes_a_workload_new_to_the_model(tmp_path):
+    """An unknown --workload starts a new memory bucket: said on stderr with the known ones, unless
+    --new-workload says it is meant (or the memory is off, so that nothing is started)."""
+    from tiny import tiny_llama_dir, word_tokenizer
+
+    tiny_llama_dir(tmp_path / "m", word_tokenizer())
+    base = ["generate", "w3 w4 w5 w6 w3 w4", "-m", str(tmp_path / "m"), "-n", "4", "-W", "2"]
+
+    def run(*more: str) -> str:
+        res = CliRunner().invoke(cli, [*base, *more])
+        assert res.exit_code == 0, res.output + repr(res.exception)
+        return res.output
+
+    assert "new for this model" not in run("--workload", "chat")
+    out = run("--workload", "poems")
+    assert "note: workload 'poems' is new for this model" in out and "known: chat, code, general" in out
+    assert "--new-workload" in out
+    assert "new for this model" not in run("--workload", "poems")  # remembered now: a known workload
+    assert "known: chat, code, general, poems" in run("--workload", "essays")
+    assert "new for this model" not in run("--workload", "sonnets", "--new-workload")
+    assert "new for this model" not in run("--workload", "limericks", "--no-memory")  # nothing is started
+
+
+def _tiny_model_dir(root) -> str:
+    """A tiny random Llama with a word tokenizer, saved as a Hugging Face directory under ``root``."""
+    from tiny import tiny_llama_dir, word_tokenizer
+
+    tiny_llama_dir(root / "m", word_tokenizer())
+    return str(root / "m")
+
+
+def test_generate_in_a_read_only_home_decodes(monkeypatch):
+    import warnings
+
+    from readonly import read_only, readable_home
+
+    from autolade.store.db import ProfileStore
+
+    with readable_home(monkeypatch) as home:
+        model = _tiny_model_dir(home)
+        ProfileStore().close()
+        before = (home / "autolade.db").read_bytes()
+        with read_only(home), warnings.catch_warnings(record=True):
+            res = CliRunner().invoke(cli, ["generate", "w5 w6 w7 w5 w6", "-m", model, "-n", "4", "--no-memory", "--raw",
+                                           "--stats"])
+        assert (home / "autolade.db").read_bytes() == before
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert "tokens/step" in res.output
+
+
+@pytest.mark.parametrize("settings", [["-W", "2", "-N", "3", "-G", "2"], []])
+def test_generate_with_a_corrupt_store_decodes_and_leaves_it_alone(tmp_path, settings):
+    import os
+
+    from autolade.errors import StoreWarning
+    from autolade.paths import user_dir
+
+    model = _tiny_model_dir(tmp_path)
+    db = user_dir() / "autolade.db"
+    db.write_bytes(b"\x00" + os.urandom(4095))
+    before = db.read_bytes()
+    with pytest.warns(StoreWarning, match="untouched"):
+        res = CliRunner().invoke(cli, ["generate", "w5 w6 w7 w5 w6", "-m", model, "-n", "4", "--no-memory", "--raw",
+                                       "--stats", *settings])
+    assert res.exit_code == 0, res.output + repr(res.exception)
+    assert db.read_bytes() == before and sorted(p.name for p in db.parent.iterdir() if p.is_file()) == ["autolade.db"]
+    assert ("could not be read" in res.output) == (not settings), res.output

@@ -82,3 +82,30 @@ def test_bad_import_is_one_clean_line(tmp_path):
 def test_export_of_an_unknown_model_names_the_fix(tmp_path):
     res = CliRunner().invoke(cli, ["memory", "export", "--model", "nope", "--workload", "code", "-o", str(tmp_path / "x")])
     assert res.exit_code == 1 and "autolade memory list" in res.output
+
+
+def test_importing_a_file_twice_adds_nothing_the_second_time(tmp_path):
+    _seed()
+    f = tmp_path / "code.json"
+    assert CliRunner().invoke(cli, ["memory", "export", "--model", "tiny-llama", "--workload", "code", "-o", str(f)]).exit_code == 0
+    res = CliRunner().invoke(cli, ["memory", "import", str(f)])
+    assert res.exit_code == 0 and "imported 0 new answers" in res.output and "2 already in the memory" in res.output
+    with open_memory_store() as store:
+        assert {r["workload"]: r["answers"] for r in summary(store)} == {"chat": 1, "code": 2}
+
+
+def test_import_into_a_read_only_home_says_what_to_do(monkeypatch):
+    import warnings
+
+    from readonly import read_only, readable_home
+
+    with readable_home(monkeypatch) as home:
+        _seed()
+        f = home / "code.json"
+        assert CliRunner().invoke(cli, ["memory", "export", "--model", KEY, "--workload", "code", "-o", str(f)]).exit_code == 0
+        with read_only(home), warnings.catch_warnings(record=True):
+            listed = CliRunner().invoke(cli, ["memory", "list"])
+            res = CliRunner().invoke(cli, ["memory", "import", str(f)])
+    assert listed.exit_code == 0 and KEY in listed.output, listed.output
+    assert res.exit_code == 1 and "read-only" in res.output and "AUTOLADE_HOME" in res.output, res.output
+    assert "Traceback" not in res.output

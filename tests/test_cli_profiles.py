@@ -162,3 +162,26 @@ def test_profile_stores_a_predicted_profile_that_generate_reports(home, tmp_path
     res = api.generate(mdl, tok("hello world", return_tensors="pt").input_ids, max_new_tokens=4, workload="chat")
     assert res.stats.settings_source.startswith("predicted (store:exact:#1")
     assert res.stats.settings["window"] == prof.settings.window
+
+
+def test_list_and_import_in_a_read_only_home(monkeypatch):
+    import warnings
+
+    from readonly import read_only, readable_home
+
+    with readable_home(monkeypatch) as home:
+        with read_only(home), warnings.catch_warnings(record=True):  # nothing stored yet, and nothing can be
+            empty = run("profiles", "list")
+        assert empty.exit_code == 0 and "no profiles in" in empty.output, empty.output
+        with ProfileStore() as store:
+            store.save(sample())
+        f = home / "chat.json"
+        f.write_text(profile_to_json(sample(workload="chat")))
+        before = (home / "autolade.db").read_bytes()
+        with read_only(home), warnings.catch_warnings(record=True):
+            listed = run("profiles", "list")
+            imported = CliRunner().invoke(cli, ["profiles", "import", str(f)])
+        assert (home / "autolade.db").read_bytes() == before
+    assert listed.exit_code == 0 and "smollm2-135m" in listed.output and "1.37x" in listed.output, listed.output
+    assert imported.exit_code == 1 and "Traceback" not in imported.output, imported.output
+    assert "read-only" in imported.output and "AUTOLADE_HOME" in imported.output

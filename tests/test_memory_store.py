@@ -125,7 +125,7 @@ def test_export_import_round_trip(tmp_path):
     data = read_memory_file(tmp_path / "m.json")
     assert data["answers"] == [[1, 2, 3], [4, 5]] and data["vocab_size"] == 100
     with ProfileStore(dst) as store:
-        assert import_memory(tmp_path / "m.json", store, model_key=MODEL, vocab_size=100) == 2
+        assert import_memory(tmp_path / "m.json", store, model_key=MODEL, vocab_size=100) == (2, 0)
     mem, _ = MemoryBank(dst).memory(model_key=MODEL, workload="code", vocab_size=100)
     assert mem.answers() == [(1, 2, 3), (4, 5)]
 
@@ -290,3 +290,35 @@ def test_an_unreadable_store_leaves_the_recycling_table_in_the_process(tmp_path)
     assert "not saved" in bank.save_recycled(model_key=MODEL, workload="chat", vocab_size=100)
     assert bank.recycled(model_key=MODEL, workload="chat", vocab_size=100)[0] is table  # still taught in the process
     assert bad.read_bytes() == b"this is not sqlite at all" * 10
+
+
+def test_importing_a_file_twice_adds_its_answers_once(tmp_path):
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps({"format": "autolade-memory", "version": 1, "model": MODEL, "workload": "code",
+                             "answers": [[1, 2, 3], [4, 5], [4, 5]]}))  # an answer given twice is kept twice
+    with ProfileStore(tmp_path / "a.db") as store:
+        add_answers(store, model_key=MODEL, workload="code", answers=[[1, 2, 3]], source="generate")
+        add_answers(store, model_key=MODEL, workload="chat", answers=[[4, 5]], source="generate")  # another workload
+        assert import_memory(f, store) == (2, 1)  # [1, 2, 3] was there already
+        assert import_memory(f, store) == (0, 3)
+        answers = [json.loads(r["tokens"]) for r in store.db.query(
+            "select tokens from memory where workload = 'code' order by id")]
+    assert answers == [[1, 2, 3], [4, 5], [4, 5]]
+
+
+def test_a_read_only_memory_is_drafted_from_and_never_written(monkeypatch):
+    from readonly import read_only, readable_home
+
+    from autolade.errors import StoreWarning
+
+    with readable_home(monkeypatch) as home:
+        db = home / "memory.db"
+        assert MemoryBank(db).remember(model_key=MODEL, workload="code", tokens=[5, 6, 7, 8]) is None
+        before = db.read_bytes()
+        with read_only(home), pytest.warns(StoreWarning, match="read-only"):
+            bank = MemoryBank(db)
+            mem, note = bank.memory(model_key=MODEL, workload="code", vocab_size=100)
+            assert mem is not None and mem.answers() == [(5, 6, 7, 8)] and mem.drafts([5, 6])[0] == [(7, 8)]
+            assert "read only" in note and "could not be read" not in note and bank.read_only
+            assert "read-only" in bank.remember(model_key=MODEL, workload="code", tokens=[1, 2])
+        assert db.read_bytes() == before and sorted(p.name for p in home.iterdir()) == ["memory.db"]

@@ -98,6 +98,35 @@ def test_broken_gguf_leaves_no_cache(isolated):
     assert list((isolated / "home" / "models").iterdir()) == []  # no half-written cache, no work dir
 
 
+@pytest.mark.parametrize("name, expected", [
+    ("t.gguf", None),
+    (MODELS["gemma3-270m"].filename, "expected 253113024 bytes per the registry"),  # a registry model's file, copied
+])
+def test_a_truncated_gguf_is_named_with_its_size_and_the_fix(isolated, name, expected):
+    """``head -c 1048576 model.gguf > t.gguf``: transformers' reader fails with a bare struct.error;
+    autolade says the file is truncated or corrupt, how big it is (and should be), and how to reinstall."""
+    bad = isolated / name
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x07" * 9)  # the magic and version, then the header cut short
+    with pytest.raises(ModelNotFoundError) as err:
+        load(str(bad))
+    message = str(err.value)
+    assert f"truncated or corrupt GGUF file {bad} (17 bytes" in message and "tools/setup.sh" in message
+    assert (expected in message) if expected else "per the registry" not in message
+    assert list((isolated / "home" / "models").iterdir()) == []
+
+
+def test_a_truncated_gguf_is_one_line_on_the_command_line(isolated):
+    from click.testing import CliRunner
+
+    from autolade.cli.main import cli
+
+    bad = isolated / "t.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x07" * 9)  # struct.error in transformers' reader
+    res = CliRunner().invoke(cli, ["generate", "hi", "-m", str(bad)])
+    assert res.exit_code == 1 and "truncated or corrupt GGUF file" in res.output, res.output + repr(res.exception)
+    assert "Traceback" not in res.output and "struct.error" not in res.output
+
+
 def test_abandoned_work_dirs_are_removed(tmp_path):
     dead = tmp_path / ".tmp-m-999999999-abc123"
     ours = tmp_path / f".tmp-m-{os.getpid()}-abc123"

@@ -234,3 +234,36 @@ def test_memory_drafts_are_priced_by_the_stored_curve(llama):
     priced = generate(llama, ids, max_new_tokens=24, config=cfg, workload="code", memory=True)
     assert "priced by the step curve (a packed token costs 0.030 of a step)" in priced.stats.memory
     assert priced.sequences.tolist() == unpriced.sequences.tolist() == first.sequences.tolist()
+
+
+@pytest.mark.parametrize("damage", ["random", "truncated"])
+def test_a_corrupt_store_is_left_alone_and_decoding_goes_on(llama, damage):
+    """4 KiB of random bytes, or a real store cut after its header: settings resolution and generate()
+    go on without it (explicit settings, else the built-in default), say so once, and leave the file as it was."""
+    import os
+    import warnings
+
+    from autolade import generate
+    from autolade.errors import StoreWarning
+    from autolade.paths import user_dir
+
+    db = user_dir() / "autolade.db"
+    if damage == "truncated":
+        save_profile(llama, "chat", CHAT, None)
+        db.write_bytes(db.read_bytes()[:1500])
+    else:
+        db.write_bytes(b"\x00" + os.urandom(4095))  # never the SQLite header
+    before = sorted((p.name, p.read_bytes()) for p in db.parent.iterdir() if p.is_file())
+    ids = repetitive_prompt()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config, source, policy = resolve_settings(llama, workload="chat")
+        explicit = generate(llama, ids, max_new_tokens=6, window=2, ngram=3, guesses=2, memory=False)
+        default = generate(llama, ids, max_new_tokens=6, workload="chat", memory=False)
+    assert (config, policy) == builtin_default("cpu")
+    assert "profile store" in source and "could not be read" in source and "untouched" in source
+    assert explicit.stats.settings_source == "explicit" and explicit.sequences.shape[1] == ids.shape[1] + 6
+    assert default.stats.settings_source == source and default.sequences.shape[1] == ids.shape[1] + 6
+    said = [str(w.message) for w in caught if issubclass(w.category, StoreWarning)]
+    assert len(said) == 1 and str(db) in said[0] and "untouched" in said[0], said
+    assert sorted((p.name, p.read_bytes()) for p in db.parent.iterdir() if p.is_file()) == before

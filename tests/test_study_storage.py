@@ -18,6 +18,7 @@ from autolade.errors import ConfigError
 from autolade.tuning.study_storage import (
     CAUGHT_ATTR,
     _HeartbeatJournalStorage,
+    check_storage,
     claimed,
     counts_as_done,
     done_trials,
@@ -157,6 +158,17 @@ def test_storage_forms(tmp_path):
         open_storage("redis://localhost/0")
     with pytest.raises(ConfigError, match="sqlite:///PATH"):
         open_storage(str(tmp_path / "optuna.db"))  # a bare path that is not a journal
+
+
+def test_check_storage_refuses_without_opening_anything(tmp_path):
+    """What `autolade tune` checks before it loads the model: the same refusals, nothing created."""
+    for good in (None, f"sqlite:///{tmp_path / 'a' / 'o.db'}", f"journal:{tmp_path / 'b' / 'j.log'}", str(tmp_path / "c.log")):
+        check_storage(good)
+    for bad, match in (("bogus://x", "is not a storage autolade knows"), ("journal:", "name the journal file"),
+                       ("", "is empty"), ("postgresql+nosuchdriver://u@h/db", "postgresql://USER")):
+        with pytest.raises(ConfigError, match=match):
+            check_storage(bad)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_only_the_creator_enqueues_warm_starts(tmp_path):

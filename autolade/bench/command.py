@@ -77,7 +77,7 @@ def bench_main(
         spec, carry = split_carry(spec)
         spec, pad = split_pad(spec)
         spec, pairs = split_pairs(spec)
-        parsed.append((*parse_method(spec), carry, pad, pairs))
+        parsed.append((*parse_method(spec, also=("carry", "pad", "pairs")), carry, pad, pairs))
     if not configs and not profiles:
         parsed = [(c, None, False, None, True) for c in default_configs().values()]
     named: dict[str, Any] = {}

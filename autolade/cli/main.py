@@ -83,16 +83,28 @@ class TextStream:
 @click.option("--repetition-penalty", type=float, default=None, help="repetition penalty, greedy or sampled (1.0 = off)")
 @click.option("--seed", type=int, default=None, help="with --sample: RNG seed for a reproducible run")
 @click.option("--memory/--no-memory", default=None, help="draft from (and remember in) the n-gram memory of earlier answers (default: on)")
+@click.option("--new-workload", is_flag=True, help="--workload names a new workload on purpose: no note that it starts a new memory bucket")
 @clean_errors
 def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workload, policy, plot_path, raw, stats,
-             trust_remote_code, do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed, memory):
+             trust_remote_code, do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed, memory, new_workload):
     """Generate a completion for PROMPT with exact lookahead decoding."""
     from autolade import api
-    from autolade.workloads import encode_prompt, infer_workload
+    from autolade.errors import InputError
+    from autolade.workloads import encode_prompt, infer_workload, workload_tag
 
-    workload = workload or infer_workload(prompt)
+    if not prompt.strip():
+        raise InputError("the prompt is empty: give some text")
+    api.check_arguments(  # every bad value fails here, before the model loads
+        max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses, policy=policy, do_sample=do_sample,
+        temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=repetition_penalty, seed=seed,
+    )  # fmt: skip
+    named, workload = workload, workload or infer_workload(prompt)
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype, trust_remote_code=trust_remote_code)
+    remembers = (memory if memory is not None else not do_sample and api.MEMORY_DEFAULT) is True
+    if named and remembers and not new_workload and workload_tag(named) not in (known := api.known_workloads(mdl)):
+        click.echo(f"note: workload {workload_tag(named)!r} is new for this model (known: {', '.join(known)}); its "
+                   "answers start a new memory bucket: pass --new-workload if that is meant", err=True)
     ids = encode_prompt(tok, prompt, raw=raw)
     stream = TextStream(tok)
     res = api.generate(

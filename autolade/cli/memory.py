@@ -84,10 +84,14 @@ def memory_export(model, workload, output):
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @clean_errors
 def memory_import(files):
-    """Add autolade-memory JSON files to this machine's memory (each file all or nothing)."""
-    from autolade.store.memory import import_memory, open_memory_store
+    """Add autolade-memory JSON files to this machine's memory (each file all or nothing; an answer already
+    remembered for the file's model and workload is not added again)."""
+    from autolade.store.access import require_writable
+    from autolade.store.memory import import_memory, memory_path, open_memory_store
 
+    require_writable(memory_path(), "import into")  # before the read-only open's warning
     with open_memory_store() as store:
+        store.check_writable("import into")
         for f in files:
-            n = import_memory(f, store)
-            click.echo(f"imported {n} answers from {f}")
+            new, already = import_memory(f, store)
+            click.echo(f"imported {new} new answers from {f} ({already} already in the memory)")

@@ -97,10 +97,14 @@ def profiles_export(profile_id, output):
 def profiles_import(files):
     """Import JSON profiles and acceptance tables (validated; a file already imported is not added twice)."""
     from autolade.errors import ProfileError
-    from autolade.store.db import ProfileStore, read_profile_file
+    from autolade.paths import user_dir
+    from autolade.store.access import require_writable
+    from autolade.store.db import DB_NAME, ProfileStore, read_profile_file
 
+    require_writable(user_dir() / DB_NAME, "import into")  # before the read-only open's warning
     rejected = 0
     with ProfileStore() as store:
+        store.check_writable("import into")
         for path in files:
             try:
                 if _import_acceptance_file(store, path):

@@ -51,11 +51,14 @@ def tune_command(model, dtype, workload, trials, budget, storage, study_name, ma
     from autolade.tuning.search import study_name_for
     from autolade.tuning.search import tune as run_tune
     from autolade.tuning.space import TuneOptions
-    from autolade.workloads import workload_tag
+    from autolade.tuning.study_storage import check_storage
+    from autolade.workloads import load_workload, workload_tag
 
     opts = TuneOptions(trials=trials, budget_s=parse_duration(budget), max_new_tokens=max_new_tokens,
                        tune_prompts=tune_prompts, holdout_prompts=holdout_prompts, search_policy=not no_policy,
                        memory=memory)
+    check_storage(storage)  # a bad --storage or --workload fails now, not after the load and the step curve
+    load_workload(workload)
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype)
     hardware = probe_hardware(quick=True)
@@ -123,10 +126,13 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
         raise click.BadParameter("--prompts must be at least 1")
     if replay_prompts < 0:
         raise click.BadParameter("--replay-prompts must be 0 (off) or more")
+    if max_new_tokens < 1:
+        raise click.BadParameter("--max-new-tokens must be at least 1")
+    # the tuning split only: the held-out prompts stay unseen by every table, profile and tune (read before
+    # the load, so that a bad --workload fails at once)
+    tuning = split_workload(load_workload(workload), holdout_fraction=HOLDOUT_FRACTION)[0]
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype)
-    # the tuning split only: the held-out prompts stay unseen by every table, profile and tune
-    tuning = split_workload(load_workload(workload), holdout_fraction=HOLDOUT_FRACTION)[0]
     ids = [encode_prompt(tok, p.text, kind=p.kind) for p in tuning[:n_prompts]]
     tag = workload_tag(workload)
     grid = {"compact": compact_grid, "lookup": lookup_grid}.get(grid, default_grid)()

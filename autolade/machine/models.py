@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from typing import Any
 import torch
 
 from autolade.errors import ConfigError, ModelNotFoundError
-from autolade.machine.registry import GB, HUB_MODELS, HUB_PATTERNS, MODELS, SETUP_HINT, HubModel, ModelSpec
+from autolade.machine.registry import GB, HUB_MODELS, HUB_PATTERNS, MODELS, SETUP_HINT, HubModel, ModelSpec, unreadable_gguf
 from autolade.paths import user_dir
 
 __all__ = ["MODELS", "HUB_MODELS", "ModelSpec", "HubModel", "load", "model_fingerprint", "hub_cache_dir"]
@@ -390,7 +391,7 @@ def _convert(
         gguf = spec.locate(work) if spec is not None else path
         assert gguf is not None
         out = work / "model"
-        _dequantize_to(gguf, out, dtype=dtype)
+        _dequantize_to(gguf, out, dtype=dtype, spec=spec)
         (out / MARKER).write_text(
             json.dumps({"format": CACHE_FORMAT, "source": identity, "gguf": gguf.name, "dtype": dtype}, indent=2) + "\n"
         )
@@ -411,15 +412,15 @@ def _gguf_params(path: Path | None) -> int | None:
         return None
 
 
-def _dequantize_to(gguf: Path, out: Path, *, dtype: str = "float32") -> None:
+def _dequantize_to(gguf: Path, out: Path, *, dtype: str = "float32", spec: ModelSpec | None = None) -> None:
     """Load a GGUF file with transformers and save it as a plain model (``dtype``) + tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=resolve_dtype(dtype))
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise ModelNotFoundError(f"transformers could not load GGUF file {gguf}: {exc}") from None
+    except (OSError, ValueError, KeyError, RuntimeError, IndexError, EOFError, struct.error) as exc:
+        raise unreadable_gguf(gguf, exc, spec) from None
     # A GGUF-loaded model refuses save_pretrained; rebuild a plain one around the same tensors.
     config = copy.deepcopy(quantized.config)
     if hasattr(config, "quantization_config"):

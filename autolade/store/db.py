@@ -4,6 +4,8 @@
 - WAL mode and a busy timeout, so two processes saving at once lose nothing.
 - A file that is not SQLite, or an SQLite file autolade did not create, is refused with a
   ``StoreError`` and left exactly as it was.
+- A file this process cannot write (or its folder) is opened read-only (``autolade.store.access``): reads
+  work, writes raise a ``StoreError`` naming the fix, and a ``StoreWarning`` says so once per file.
 - ``find_profile()`` is what settings resolution calls: exact (hardware, model, dtype, workload) first, then
   the same model on the nearest hardware (same hardware class), from the store and from JSON
   files in the repo's ``profiles/`` (and any extra dirs); else ``(None, "default")``.
@@ -36,6 +38,7 @@ from autolade.records.profile import (
     profile_from_json,
     profile_to_json,
 )
+from autolade.store.access import connect_read_only, is_refusal, not_writable, read_only_error, warn_once
 from autolade.store.measurements import Measurements
 from autolade.store.migrations import MIGRATIONS, applied_migrations, immediate, migrate
 
@@ -71,28 +74,79 @@ class ProfileStore(Measurements):
     in-memory store (tests).
     """
 
-    def __init__(self, path: str | Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> None:
+    def __init__(self, path: str | Path | None = None, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+                 read_only: bool | None = None) -> None:
+        """``read_only``: None opens the file read-only where this process cannot write it or its folder
+        (reads work, writes raise a StoreError that names the fix, one StoreWarning per file and process);
+        True always (no warning); False never (a StoreError instead)."""
         self.memory = str(path) == ":memory:"
         self.path = Path(":memory:") if self.memory else Path(path) if path is not None else user_dir() / DB_NAME
         self.busy_timeout = busy_timeout
-        if not self.memory:
-            _refuse_non_sqlite(self.path)
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(":memory:" if self.memory else str(self.path), timeout=busy_timeout)
+        self.why_read_only = ""  # why this store only reads ("": it writes)
+        if self.memory:
+            return self._connect(":memory:")
+        _refuse_non_sqlite(self.path)
+        why = "opened read-only" if read_only else None if read_only is False else not_writable(self.path)
+        if why is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                return self._connect(str(self.path))
+            except _Refused as exc:  # the file looked writable, but SQLite may not write it
+                if read_only is False:
+                    raise StoreError(f"could not open {self.path}: {exc}") from None
+                why = f"SQLite: {exc}"
+        self._open_read_only(why)
+        if read_only is None:
+            warn_once(str(self.path), f"{self.path} is read-only here ({why}): autolade reads what it holds and saves "
+                      "nothing to it. Set AUTOLADE_HOME to a writable directory to save profiles, curves and answers.")
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this store only reads (``why_read_only`` says why)."""
+        return bool(self.why_read_only)
+
+    def _connect(self, target: str) -> None:
+        try:
+            conn = sqlite3.connect(target, timeout=self.busy_timeout)
+        except sqlite3.OperationalError as exc:
+            if is_refusal(exc):
+                raise _Refused(str(exc)) from None
+            raise StoreError(f"could not open {self.path}: {exc}") from None
         try:
             with self.errors_as("open"):
                 self.db = sqlite_utils.Database(conn, execute_plugins=False)
-                _retry_locked(self._open, timeout=busy_timeout)
+                _retry_locked(self._open, timeout=self.busy_timeout)
         except BaseException:
             conn.close()
             raise
 
     def _open(self) -> None:
-        tables = self.db.table_names()  # first read: fails here if the file is not a database
-        self._refuse_foreign(tables)  # before anything writes: a foreign file stays byte-identical
-        if not self.memory and self.db.journal_mode != "wal":
-            self.db.enable_wal()
-        migrate(self.db)
+        try:
+            tables = self.db.table_names()  # first read: fails here if the file is not a database
+            self._refuse_foreign(tables)  # before anything writes: a foreign file stays byte-identical
+            if not self.memory and self.db.journal_mode != "wal":
+                self.db.enable_wal()
+            migrate(self.db)
+        except sqlite3.OperationalError as exc:
+            if is_refusal(exc):
+                raise _Refused(str(exc)) from None
+            raise
+
+    def _open_read_only(self, why: str) -> None:
+        """Read what the file holds, write nothing; no file (or an empty one) reads as an empty store."""
+        self.why_read_only = why
+        exists = self.path.is_file() and self.path.stat().st_size > 0
+        with self.errors_as("open"):
+            conn = connect_read_only(self.path, timeout=self.busy_timeout) if exists else sqlite3.connect(":memory:")
+        try:
+            with self.errors_as("open"):
+                self.db = sqlite_utils.Database(conn, execute_plugins=False)
+                self._refuse_foreign(self.db.table_names())
+                if not exists:
+                    migrate(self.db)  # the schema, in memory: every read finds its tables empty
+        except BaseException:
+            conn.close()
+            raise
 
     def __repr__(self) -> str:
         return f"ProfileStore({str(self.path)!r})"
@@ -225,8 +279,14 @@ class ProfileStore(Measurements):
         A deferred transaction that reads first can fail at once with SQLITE_BUSY in WAL mode
         when another process commits in between; BEGIN IMMEDIATE waits instead.
         """
+        self.check_writable()
         with immediate(self.db.conn):
             yield
+
+    def check_writable(self, action: str = "save to") -> None:
+        """A StoreError naming the fix when this store only reads."""
+        if self.why_read_only:
+            raise read_only_error(self.path, self.why_read_only, action)
 
     @contextlib.contextmanager
     def errors_as(self, action: str) -> Iterator[None]:
@@ -235,6 +295,8 @@ class ProfileStore(Measurements):
             yield
         except sqlite3.OperationalError as exc:
             message = str(exc)
+            if is_refusal(exc):
+                raise read_only_error(self.path, f"SQLite: {message}", action) from None
             if "locked" in message or "busy" in message:
                 raise StoreError(
                     f"could not {action} {self.path}: the database is locked by another process "
@@ -262,6 +324,10 @@ class ProfileStore(Measurements):
                 f"{self.path} is an SQLite database that autolade did not create (tables: {shown}); "
                 "autolade leaves it untouched. Point AUTOLADE_HOME at another directory, or move that file aside."
             )
+
+
+class _Refused(Exception):
+    """SQLite may not write the file or create the files beside it (the store then opens read-only)."""
 
 
 def _retry_locked(fn: Callable[[], None], *, timeout: float) -> None:

@@ -5,9 +5,11 @@ The memory holds the model's own outputs, token ids only, in the ``memory`` tabl
 remembering an answer never touches the profiles), one row per answer: inserts never overwrite, so two processes
 adding answers at once lose nothing, and each process picks up the other's rows (by id) the
 next time it reads. ``autolade memory clear`` deletes them; ``export``/``import`` move them as
-validated JSON (``autolade-memory`` v1), never pickles. A memory that cannot be read (locked or
+validated JSON (``autolade-memory`` v1), never pickles; an import skips answers already stored for its
+model and workload, so a file imported twice is added once. A memory that cannot be read (locked or
 corrupt store, rows that are not token ids) is left untouched: decoding goes on without it and
-``res.stats.memory`` says why.
+``res.stats.memory`` says why. One this process cannot write (a read-only home) is drafted from and
+never written: the note says "read only".
 
 The bank also keeps, per (model, workload), the token recycling table (``NextTokenTable``: the
 model's own top-8 next tokens after each token and after each recent (previous, token) pair, and how
@@ -27,6 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +68,7 @@ class MemoryBank:
         self.keep = keep  # answers kept on disk per key
         self._loaded: dict[tuple[str, str], _Loaded] = {}
         self._recycled: dict[tuple[str, str], NextTokenTable] = {}  # token recycling tables, this process only
+        self.read_only = ""  # why the file only reads, as the last read found ("": it writes)
 
     def _store(self):
         return open_memory_store(self.path)
@@ -75,6 +79,7 @@ class MemoryBank:
         loaded = self._loaded.setdefault(key, _Loaded(AnswerMemory(self.config)))
         try:
             with self._store() as store:
+                self.read_only = store.why_read_only
                 rows = list(store.db.query(
                     "select id, tokens from memory where model_fingerprint = ? and workload = ? and id > ? order by id",
                     [model_key, workload, loaded.last_id]))
@@ -88,6 +93,8 @@ class MemoryBank:
             else:
                 loaded.memory.add(tokens)
         note = f"{len(loaded.memory)} answers ({loaded.memory.tokens} tokens, {workload})"
+        if self.read_only:
+            note += f", read only ({self.read_only}; nothing is remembered)"
         if loaded.skipped:
             note += (f"; skipped {len(loaded.skipped)} stored rows that are not token ids of this model "
                      f"(`autolade memory clear --workload {workload}` removes them)")
@@ -255,17 +262,34 @@ def _unpack(blob: Any, what: str, *, key_width: int, k: int, most: int, vocab_si
 def add_answers(store: Any, *, model_key: str, workload: str, answers: list[list[int]], keep: int = KEEP_ANSWERS,
                 source: str) -> int:
     """Insert answers (one row each, one transaction) and trim the key to its newest ``keep``; returns the last id."""
+    return _insert(store, model_key=model_key, workload=workload, answers=answers, keep=keep, source=source)[0]
+
+
+def _insert(store: Any, *, model_key: str, workload: str, answers: list[list[int]], keep: int, source: str,
+            skip_stored: bool = False) -> tuple[int, int]:
+    """(last id, answers inserted). ``skip_stored``: an answer already stored for the key is not added again
+    (counted per copy: a file that holds one answer twice keeps two, and importing it again adds none)."""
     rows = [{"model_fingerprint": model_key, "workload": workload, "tokens": json.dumps(a), "n_tokens": len(a),
              "source": source, "created": now_iso(), "autolade_version": autolade_version()} for a in answers]
     last = 0
     with store.errors_as("save the memory to"), store.writing():
+        if skip_stored:
+            stored = Counter(r["tokens"] for r in store.db.query(
+                "select tokens from memory where model_fingerprint = ? and workload = ?", [model_key, workload]))
+            new = []
+            for row in rows:
+                if stored[row["tokens"]] > 0:
+                    stored[row["tokens"]] -= 1
+                else:
+                    new.append(row)
+            rows = new
         for row in rows:
             last = store.db["memory"].insert(row).last_pk
         store.db.execute(
             "delete from memory where model_fingerprint = ? and workload = ? and id not in "
             "(select id from memory where model_fingerprint = ? and workload = ? order by id desc limit ?)",
             [model_key, workload, model_key, workload, keep])
-    return last
+    return last, len(rows)
 
 
 def summary(store: Any) -> list[dict[str, Any]]:
@@ -353,8 +377,9 @@ def read_memory_file(path: str | Path) -> dict[str, Any]:
 
 
 def import_memory(path: str | Path, store: Any, *, model_key: str | None = None, vocab_size: int | None = None,
-                  keep: int = KEEP_ANSWERS) -> int:
-    """Add a memory file's answers to the store (all or nothing); returns how many. ``model_key`` /
+                  keep: int = KEEP_ANSWERS) -> tuple[int, int]:
+    """Add a memory file's answers to the store (all or nothing), skipping those already stored for its model and
+    workload, so that importing a file twice adds it once; returns (new, already there). ``model_key`` /
     ``vocab_size``: refuse a file made for another model."""
     data = read_memory_file(path)
     if model_key is not None and data["model"] != model_key:
@@ -362,8 +387,9 @@ def import_memory(path: str | Path, store: Any, *, model_key: str | None = None,
                            "import it where that model is used, or pass --model for that model")
     if vocab_size is not None and any(t >= vocab_size for a in data["answers"] for t in a):
         raise ProfileError(f"{path} has token ids past this model's vocabulary ({vocab_size}): it is for another tokenizer")
-    return len(data["answers"]) if add_answers(store, model_key=data["model"], workload=data["workload"],
-                                               answers=data["answers"], keep=keep, source=f"import:{Path(path).name}") else 0
+    _, new = _insert(store, model_key=data["model"], workload=data["workload"], answers=data["answers"], keep=keep,
+                     source=f"import:{Path(path).name}", skip_stored=True)
+    return new, len(data["answers"]) - new
 
 
 def matching_keys(store: Any, model: str | None) -> list[str]:
@@ -404,8 +430,9 @@ def open_memory(model: Any, mode: bool | str | AnswerMemory, workload: str | Non
     bank = memory_bank(str(memory_path()))
     answers, note = bank.memory(model_key=key, workload=tag, vocab_size=vocab)
     table, table_note = bank.recycled(model_key=key, workload=tag, vocab_size=vocab) if recycle else (None, "")
-    if mode == "read":
-        return OpenedMemory(answers, note + ", read only", None, None if table is None else table.copy(), table_note)
+    if mode == "read" or bank.read_only:  # asked for, or a file this process cannot write: remember nothing
+        note += "" if bank.read_only else ", read only"
+        return OpenedMemory(answers, note, None, None if table is None else table.copy(), table_note)
 
     def remember(new: list[int]) -> str | None:  # the answer, then the table it taught (saved for the next run)
         why = [bank.remember(model_key=key, workload=tag, tokens=list(new)),

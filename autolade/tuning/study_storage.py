@@ -55,24 +55,41 @@ def default_storage_url() -> str:
     return f"sqlite:///{user_dir() / 'optuna.db'}"
 
 
-def open_storage(url: str, *, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S):
-    """The Optuna storage a ``--storage`` value names (see the module doc for the forms)."""
-    if url.startswith("journal:") or ("://" not in url and url.endswith(".log")):
-        path = Path(url.removeprefix("journal:")).expanduser()
-        if not path.name:
+def _is_journal(url: str) -> bool:
+    return url.startswith("journal:") or ("://" not in url and url.endswith(".log"))
+
+
+def check_storage(url: str | None) -> None:
+    """A ConfigError, naming the accepted forms, for a ``--storage`` value that no storage could be
+    opened from (unknown form, unnamed journal file, missing database driver); None (the default) is
+    fine. Opens and writes nothing, so ``autolade tune`` checks it before it loads the model."""
+    if url is None:
+        return
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(f"--storage {url!r} is empty: use {FORMS}")
+    if _is_journal(url):
+        if not Path(url.removeprefix("journal:")).expanduser().name:
             raise ConfigError(f"--storage {url!r}: name the journal file, e.g. journal:/path/to/optuna.log")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        backend = optuna.storages.journal.JournalFileBackend(str(path))
-        return _HeartbeatJournalStorage(backend, heartbeat_s=heartbeat_s, grace_s=grace_s)
+        return
     scheme = url.split("://", 1)[0].split("+", 1)[0] if "://" in url else ""
     if scheme not in ("sqlite", *_SERVERS):
         raise ConfigError(f"--storage {url!r} is not a storage autolade knows: use {FORMS}")
+    if scheme != "sqlite":
+        _check_driver(url)
+
+
+def open_storage(url: str, *, heartbeat_s: int = HEARTBEAT_S, grace_s: int = GRACE_S):
+    """The Optuna storage a ``--storage`` value names (see the module doc for the forms)."""
+    check_storage(url)
+    if _is_journal(url):
+        path = Path(url.removeprefix("journal:")).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        backend = optuna.storages.journal.JournalFileBackend(str(path))
+        return _HeartbeatJournalStorage(backend, heartbeat_s=heartbeat_s, grace_s=grace_s)
     engine_kwargs: dict[str, Any] = {}
-    if scheme == "sqlite":
+    if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": 60}  # wait for another worker's write, do not fail at once
         Path(url.split(":///", 1)[-1]).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    else:
-        _check_driver(url)
     last: Exception | None = None
     for attempt in range(3):  # workers creating the same new database at once may collide on its tables
         try:

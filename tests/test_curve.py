@@ -1,0 +1,60 @@
+"""The step curve as data: cost interpolation, spare compute, validation, token cost."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from curves import BF16_CPU, FLAT_GPU, FP32_CPU
+
+from autolade.errors import ProfileError
+from autolade.records.curve import StepCurve, packed_tokens
+
+# --- curve arithmetic --------------------------------------------------------------------
+
+
+def test_cost_interpolates_and_clamps():
+    curve = StepCurve(points={100: {1: 10.0, 4: 16.0, 8: 40.0}, 300: {1: 20.0, 4: 26.0, 8: 60.0}})
+    assert curve.cost(1, 100) == 10.0
+    assert curve.cost(2, 100) == 12.0  # linear between k=1 and k=4
+    assert curve.cost(100, 100) == 40.0  # clamped past the largest k
+    assert curve.cost(0.5, 100) == 10.0
+    assert curve.cost(4, 200) == 21.0  # linear in context too
+    assert curve.cost(4, 10_000) == 26.0
+    assert curve.cost(4) == 21.0  # context=None: mean over contexts
+
+
+def test_spare_compute_and_speedup_bound():
+    assert FP32_CPU.spare_compute() == 1  # k=2 already costs 2x
+    assert BF16_CPU.spare_compute() == 8  # 50 ms <= 1.25 x 40 ms; 55 is not
+    assert FLAT_GPU.spare_compute() == 128  # 14 ms at k=256 is past 1.25 x 10 ms
+    k = packed_tokens(window=15, ngram=5, guesses=15)
+    assert k == 1 + 4 * 15 + 15 * 4 == 121
+    assert math.isclose(FLAT_GPU.speedup_bound(15, 5, 15), 5 * 10.0 / FLAT_GPU.cost(121))
+    assert FP32_CPU.speedup_bound(15, 5, 15) < 1.5  # the A100 setting is hopeless here
+    assert FP32_CPU.speedup_bound(0, 5, 15) == 1.0
+
+
+def test_noisy_points():
+    curve = StepCurve(points={128: {1: 10.0, 2: 11.0}}, spread={128: {1: 0.1, 2: 3.0}}, notes=("busy",))
+    assert curve.noisy_points() == [(128, 2, 3.0)]
+    assert StepCurve.from_dict(curve.to_dict()).notes == ("busy",)
+
+
+def test_curve_validation():
+    with pytest.raises(ProfileError, match="k=1"):
+        StepCurve(points={128: {2: 5.0}})
+    with pytest.raises(ProfileError, match="positive"):
+        StepCurve(points={128: {1: 5.0, 2: float("nan")}})
+    with pytest.raises(ProfileError, match="points"):
+        StepCurve.from_dict({"points": "no"})
+    with pytest.raises(ProfileError, match="version"):
+        StepCurve.from_dict({"version": 9, "points": {"1": {"1": 1.0}}})
+
+
+def test_token_cost_is_the_mean_marginal_cost_of_a_packed_token():
+    assert FLAT_GPU.token_cost() == pytest.approx((10.3 - 10.0) / (31 * 10.0))  # ~0.001: packing is nearly free
+    assert BF16_CPU.token_cost() == pytest.approx((BF16_CPU.cost(32) - 40) / (31 * 40))
+    assert BF16_CPU.token_cost() > 10 * FLAT_GPU.token_cost()
+    cheaper = StepCurve(points={64: {1: 20.0, 2: 15.0, 32: 18.0}})  # a one-token step dearer than 32 packed
+    assert cheaper.token_cost() == 0.0

@@ -1,0 +1,67 @@
+"""Which dtype to run: float32 against bfloat16, priced on both step curves."""
+
+from __future__ import annotations
+
+import pytest
+from curves import BF16_CPU, FP32_CPU, cpu_profile
+
+from autolade.config import LookaheadConfig
+from autolade.records.curve import StepCurve
+from autolade.tuning.dtype_advice import recommend_dtype
+
+# --- which dtype -------------------------------------------------------------------------
+
+AMX_KS = [1, 2, 4, 8, 16, 32, 64]
+# An Intel Xeon with AMX: a one-token step costs the same in both dtypes; 16 tokens cost 1.11x one in bf16, ~2x in fp32
+AMX_FP32 = StepCurve(points={256: dict(zip(AMX_KS, [20.0, 24.0, 30.0, 34.0, 40.0, 60.0, 100.0]))})
+AMX_BF16 = StepCurve(points={256: dict(zip(AMX_KS, [20.0, 20.4, 21.0, 21.6, 22.2, 30.0, 45.0]))}, dtype="bfloat16")
+
+
+def window_table():
+    """A synthetic acceptance table: greedy, and a window packing 16 that accepts 2 tokens a step."""
+    from autolade.records.acceptance import AcceptanceRow, AcceptanceTable
+    from autolade.records.grid import GREEDY_SETTING, Setting
+
+    def row(setting, k, tokens):
+        return AcceptanceRow(setting=setting, tokens_per_step_mean=tokens / 100, tokens_per_step_sd=0.0,
+                             packed_per_step_mean=float(k), packed_per_step_sd=0.0, packed_hist={k: 100}, steps=100,
+                             tokens=tokens, context_min=128, context_median=256, context_max=400)
+
+    window = Setting.of(LookaheadConfig(window=3, ngram=4, guesses=2, prompt_lookup=0))
+    return AcceptanceTable(model_name="m", model_config_hash="abc123", tokenizer_fingerprint="v96:x", workload="chat",
+                           dtype="float32", max_new_tokens=128, prompts=2, rows=(row(GREEDY_SETTING, 1, 100), row(window, 16, 200)))
+
+
+def test_recommend_dtype_follows_the_step_curves_not_c1():
+    table = window_table()
+    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": AMX_BF16}, table=table)
+    assert dtype == "bfloat16" and "--dtype bfloat16" in why
+    assert "c(1) 20.0 ms" in why and "float32 20.00 ms/token" in why  # the window loses to greedy in fp32 here
+    # bf16 a little cheaper per step but just as steep as fp32: not worth fp32's outputs
+    steep_bf16 = StepCurve(points={256: {k: 0.95 * ms for k, ms in AMX_FP32.points[256].items()}}, dtype="bfloat16")
+    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": steep_bf16}, table=table)
+    assert dtype == "float32" and "only 1.05x" in why
+    # without a table only greedy steps compare: the same c(1), so no reason to give up fp32
+    dtype, why = recommend_dtype({"float32": AMX_FP32, "bfloat16": AMX_BF16})
+    assert dtype == "float32" and "no acceptance table" in why
+    # this project's 2-core EPYC: bf16 both cheaper per step and flatter
+    assert recommend_dtype({"float32": FP32_CPU, "bfloat16": BF16_CPU}, table=table)[0] == "bfloat16"
+    with pytest.raises(ValueError, match="autolade profile --dtype bfloat16"):
+        recommend_dtype({"float32": AMX_FP32})
+
+
+def test_stored_dtype_advice_reads_the_other_dtype_from_the_store():
+    from autolade.store.db import ProfileStore
+    from autolade.tuning.dtype_advice import stored_dtype_advice
+
+    hw = cpu_profile()
+    fp = {"name": "m", "config_hash": "abc123", "dtype": "float32"}
+    with ProfileStore(":memory:") as store:
+        dtype, why = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp)
+        assert dtype is None and "autolade profile --dtype bfloat16" in why
+        store.save_curve(AMX_BF16, hardware_fingerprint=hw.fingerprint, model_fingerprint={**fp, "dtype": "bfloat16"})
+        from_fp32 = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp, table=window_table())
+        store.save_curve(AMX_FP32, hardware_fingerprint=hw.fingerprint, model_fingerprint=fp)
+        from_bf16 = stored_dtype_advice(AMX_BF16, store=store, hardware=hw, model_fingerprint={**fp, "dtype": "bfloat16"},
+                                        table=window_table())
+    assert from_fp32 == from_bf16 and from_fp32[0] == "bfloat16"  # one measurement, one answer, from either side
