@@ -16,9 +16,10 @@ from autolade.cli.errors import clean_errors
 @click.option("--workload", default=None, help="default workload of requests that name none (default: chat for chat "
               "requests, code for raw completions)")
 @click.option("--memory/--no-memory", default=None, help="draft from (and remember in) the n-gram memory (default: on when greedy)")
+@click.option("--plain", is_flag=True, help="lookahead off: plain greedy steps through the same server (a baseline to compare with)")
 @click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
 @clean_errors
-def serve(model, dtype, host, port, name, workload, memory, trust_remote_code):
+def serve(model, dtype, host, port, name, workload, memory, plain, trust_remote_code):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     try:
         import uvicorn
@@ -32,7 +33,10 @@ def serve(model, dtype, host, port, name, workload, memory, trust_remote_code):
 
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype, trust_remote_code=trust_remote_code)
-    server = ModelServer(mdl, tok, name=name or model, workload=workload, memory=memory)
+    from autolade.config import GREEDY
+
+    server = ModelServer(mdl, tok, name=name or model, workload=workload, memory=False if plain else memory,
+                         config=GREEDY if plain else None)
     click.echo(f"autolade: serving {server.name} on http://{host}:{port}/v1 (requests take turns at the model "
-               "after every decode step)", err=True)
+               f"after every decode step{'; lookahead off' if plain else ''})", err=True)
     uvicorn.run(create_app(server), host=host, port=port, log_level="warning")

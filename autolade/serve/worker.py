@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from autolade.api import generate
+from autolade.config import LookaheadConfig
 from autolade.errors import AutoladeError
 from autolade.serve.requests import DEFAULT_MAX_TOKENS, ApiError, DecodeRequest
 from autolade.serve.turns import Cancelled, FairTurn, TextDeltas
@@ -36,12 +37,13 @@ class ModelServer:
     """One model behind the API. Thread-safe: every request takes turns at the model (``FairTurn``)."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, name: str, workload: str | None = None,
-                 memory: bool | None = None) -> None:
+                 memory: bool | None = None, config: LookaheadConfig | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name  # what clients pass as "model"
         self.workload = workload  # a request's default workload (None: chat for chat requests, code for raw prompts)
         self.memory = memory  # generate(memory=): None = its default (on for greedy)
+        self.config = config  # every request's settings; None: resolved per workload (profile, prediction, default)
         self.turn = FairTurn()
         self.context = int(getattr(getattr(model.config, "get_text_config", lambda: model.config)(),
                                    "max_position_embeddings", 0) or 0)
@@ -99,7 +101,7 @@ class ModelServer:
                 workload=req.workload or self.workload or ("chat" if req.chat else "code"),
                 do_sample=sampled, temperature=req.temperature if sampled else None,
                 top_p=req.top_p if sampled else None, seed=req.seed if sampled else None,
-                stop_strings=list(req.stop) or None, memory=self.memory,
+                stop_strings=list(req.stop) or None, memory=self.memory, config=self.config,
             )
         except AutoladeError as exc:
             raise ApiError(400, str(exc)) from None
