@@ -154,6 +154,27 @@ def test_sampling_with_a_seed_repeats(tiny_server):
     assert runs[0].model_extra["autolade"]["sampled"] is True
 
 
+def test_answers_remembered_before_a_kill_are_kept(tmp_path):
+    """kill -9 right after the answers: memory.db passes integrity_check and holds every answer."""
+    import signal
+    import sqlite3
+
+    model_dir = tmp_path / "tiny-model"
+    tiny_llama_dir(model_dir, tokenizer=word_tokenizer())
+    with server(str(model_dir), tmp_path, "--name", NAME) as base:
+        c = client(base)
+        for p in PROMPTS[:3]:
+            c.completions.create(model=NAME, prompt=p, max_tokens=6, temperature=0)
+        pid = int(subprocess.run(["pgrep", "-f", "--", f"--port {base.rsplit(':', 1)[1]}"], capture_output=True, text=True).stdout.split()[0])
+        os.kill(pid, signal.SIGKILL)
+    db = sqlite3.connect(tmp_path / "memory.db")
+    try:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT count(*) FROM memory").fetchone()[0] == 3
+    finally:
+        db.close()
+
+
 @pytest.mark.slow
 def test_greedy_chat_on_smollm2_is_model_generate(smollm2, tmp_path):
     model, tok = smollm2
