@@ -1,8 +1,9 @@
 """autolade: exact lookahead decoding for stock Hugging Face causal LMs, tuned to the machine."""
 
-from autolade.api import GenerateResult, GenerateStats, generate, load
+from autolade.api import generate, load
 from autolade.config import GREEDY, LookaheadConfig
 from autolade.errors import AutoladeError, ConfigError, InputError, ModelNotFoundError, ProfileError, StoreError
+from autolade.prepare import GenerateResult, GenerateStats
 
 __all__ = [
     "AutoladeError",

@@ -72,11 +72,12 @@ from transformers.generation.stopping_criteria import (
 )
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from autolade.api import GenerateStats, check_input, run_engine
+from autolade.api import run_engine
 from autolade.config import LookaheadConfig
 from autolade.engine.sampling import GreedyPenaltyVerifier, SamplingConfig, SamplingVerifier
 from autolade.errors import ConfigError, InputError
 from autolade.paths import shipped_dir
+from autolade.prepare import GenerateStats, check_input
 from autolade.runtime.policies import Policy
 
 # the processors autolade's verifiers implement, in transformers' order, and the field each sets

@@ -85,6 +85,11 @@ class ModelRunner:
     ) -> torch.Tensor:
         """Logits [m, V] for the kept positions (``keep``: an index tensor, or the last n). ``kind``
         ("prefill", "single", "packed") picks the attention implementation (``attention.py``)."""
+        return self.rows_forward(ids, positions, cache, mask=mask, keep=keep, kind=kind)[0]
+
+    def rows_forward(self, ids: torch.Tensor, positions: torch.Tensor, cache, *, mask=None,
+                     keep: torch.Tensor | int = 1, kind: str = "packed") -> torch.Tensor:
+        """Logits [B, m, V] of a batch: ``ids``/``positions`` [B, k], ``cache`` a ``KVCache`` or ``BatchKVCache``."""
         self.attention.use(kind)
         out = self.model(
             input_ids=ids,
@@ -94,7 +99,7 @@ class ModelRunner:
             logits_to_keep=keep,
             **{self.cache_kw: cache.hf},
         )
-        return out.logits[0]
+        return out.logits
 
     def packed_mask(self, step: PackedStep, prefix_len: int):
         full = additive_mask(step, prefix_len=prefix_len, dtype=self.dtype, device=self.device)
@@ -103,6 +108,10 @@ class ModelRunner:
         sliding = additive_mask(
             step, prefix_len=prefix_len, dtype=self.dtype, device=self.device, sliding_window=self.sliding_window
         )
+        return self.per_layer_type(full, sliding)
+
+    def per_layer_type(self, full: torch.Tensor, sliding: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The mask argument of a model with sliding-window layers: one mask per layer type."""
         return {"full_attention": full, "sliding_attention": sliding} | {
             t: sliding if "sliding" in t else full for t in self.mask_types if t not in ("full_attention", "sliding_attention")
         }
@@ -172,6 +181,31 @@ def lookahead_step(
     return new, outcome
 
 
+def commit_tokens(
+    tokens: list[int], *, out: list[int], drafter: Drafter, log: DecodeLog, eos: set[int], max_new_tokens: int,
+    stop: Callable[[list[int]], bool] | None, on_tokens: Callable[[list[int]], None] | None,
+) -> bool:
+    """Append ``tokens`` to ``out`` up to a stop (an eos token, kept; ``max_new_tokens``; ``stop(out)``),
+    tell the drafter and ``on_tokens``; True when decoding is over (``log.stop_reason`` says why)."""
+    done = False
+    for i, tok in enumerate(tokens):
+        if tok in eos:
+            tokens, done, log.stop_reason = tokens[: i + 1], True, "eos"
+            break
+    room = max_new_tokens - len(out)
+    if len(tokens) >= room:
+        if len(tokens) > room or not done:
+            log.stop_reason = "max_new_tokens"
+        tokens, done = tokens[:room], True
+    out.extend(tokens)
+    drafter.commit(tokens)
+    if on_tokens is not None and tokens:
+        on_tokens(tokens)
+    if not done and stop is not None and stop(out):
+        done, log.stop_reason = True, "stop"
+    return done
+
+
 def lookahead_decode(
     model: torch.nn.Module,
     prompt: torch.Tensor,
@@ -219,24 +253,8 @@ def lookahead_decode(
     out: list[int] = []
 
     def commit(tokens: list[int]) -> bool:
-        """Append tokens up to a stop; True when decoding is over."""
-        done = False
-        for i, tok in enumerate(tokens):
-            if tok in eos:
-                tokens, done, log.stop_reason = tokens[: i + 1], True, "eos"
-                break
-        room = max_new_tokens - len(out)
-        if len(tokens) >= room:
-            if len(tokens) > room or not done:
-                log.stop_reason = "max_new_tokens"
-            tokens, done = tokens[:room], True
-        out.extend(tokens)
-        drafter.commit(tokens)
-        if on_tokens is not None and tokens:
-            on_tokens(tokens)
-        if not done and stop is not None and stop(out):
-            done, log.stop_reason = True, "stop"
-        return done
+        return commit_tokens(tokens, out=out, drafter=drafter, log=log, eos=eos, max_new_tokens=max_new_tokens,
+                             stop=stop, on_tokens=on_tokens)
 
     try:
         with torch.inference_mode():

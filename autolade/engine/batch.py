@@ -1,0 +1,271 @@
+"""Many sequences at once: every row's draft tree and window go through ONE forward per step.
+
+    add(row) -> prefill it alone, join the batch cache   (a row may join at any step boundary)
+    step()   -> plan + draft per row, pad to the widest row, one forward [B, K], verify per row,
+                keep each row's accepted KV columns, retire finished rows
+
+Each row keeps everything ``lookahead_decode`` keeps for one sequence (its drafter with prompt
+lookup, memory, pool, window and recycling; its policy; its verifier with its own generator) and
+accepts its own number of tokens. Row b's packed tokens sit at positions from its own length; the
+mask [B, 1, K, L + K] shows row b its own committed columns (``BatchKVCache.visible``) and its own
+tree/window block; the padding past row b's width sees only itself and is never kept. Rows that
+finish leave the batch (their columns are compacted away), so they stop costing tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from autolade.config import LookaheadConfig
+
+from .attention import AttentionPlan
+from .batch_cache import BatchKVCache
+from .clock import DeviceClock
+from .decode import PROMPT_OBSERVED, DecodeLog, ModelRunner, StepRecord, commit_tokens, prefill
+from .drafter import Drafter
+from .layout import Layout, PackedStep
+from .memory import AnswerMemory
+from .prompt_lookup import PromptLookupSource
+from .recycle import NextTokenTable
+from .sources import Candidates
+from .steps import Policy, StaticPolicy, StepOutcome
+from .verify import GreedyVerifier
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowRequest:
+    """One sequence of a batch: what ``lookahead_decode`` takes for one prompt."""
+
+    prompt: Sequence[int]  # token ids, no padding
+    config: LookaheadConfig
+    max_new_tokens: int
+    eos_ids: Sequence[int] = ()  # decoding stops after the first of these (kept)
+    stop: Callable[[list[int]], bool] | None = None  # stop(new_tokens) true: the row is done
+    policy: Policy | None = None  # None: StaticPolicy(config); one object per row (policies keep state)
+    verifier: Any = None  # None: greedy; a sampling verifier carries this row's own generator
+    on_tokens: Callable[[list[int]], None] | None = None  # called with each step's new tokens of this row
+    memory: AnswerMemory | None = None  # earlier answers as a draft source (read only)
+    token_cost: float | None = None  # what memory and recycled drafts must earn (lookahead_decode's)
+    recycled: NextTokenTable | None = None  # the token recycling table (may be shared between rows)
+
+
+@dataclass
+class Row:
+    key: int  # the caller's handle: the order rows were added in
+    request: RowRequest
+    drafter: Drafter
+    policy: Policy
+    verifier: Any
+    out: list[int] = field(default_factory=list)  # new tokens so far
+    log: DecodeLog = field(default_factory=DecodeLog)
+    length: int = 0  # this row's tokens in the cache: its context less the last token (the next step's root)
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class BatchStep:
+    """One forward of the whole batch."""
+
+    rows: int  # rows in the forward
+    packed: int  # real tokens, all rows together
+    width: int  # K: the widest row's tokens (every row is padded to it)
+    prefix: int  # cache columns every query attends over (holes included)
+    forward_ms: float
+    step_ms: float
+
+
+@dataclass
+class BatchLog:
+    steps: list[BatchStep] = field(default_factory=list)
+    prefill_ms: float = 0.0
+
+
+class BatchDecoder:
+    """Exact batched lookahead decoding of rows that join and leave at step boundaries."""
+
+    def __init__(self, model: torch.nn.Module, *, attention: AttentionPlan | None = None,
+                 clock: DeviceClock | None = None, capacity: int = 512) -> None:
+        self.runner = ModelRunner(model, attention=attention)
+        self.clock = clock or DeviceClock(self.runner.device)
+        self.cache = BatchKVCache(num_layers=self.runner.num_layers, capacity=capacity, device=self.runner.device)
+        self.layout = Layout(device=self.runner.device)
+        self.rows: list[Row] = []  # in the cache's row order
+        self.finished: dict[int, Row] = {}
+        self.log = BatchLog()
+        self._keys = 0
+
+    def add(self, request: RowRequest) -> int:
+        """Prefill ``request``'s prompt alone and add it to the batch; returns its key."""
+        key, self._keys = self._keys, self._keys + 1
+        config = request.config
+        prompt = [int(t) for t in request.prompt]
+        drafter = Drafter(config=config, prompt=prompt, memory=request.memory, token_cost=request.token_cost,
+                          recycled=request.recycled)
+        row = Row(key=key, request=request, drafter=drafter, policy=request.policy or StaticPolicy(config),
+                  verifier=request.verifier or GreedyVerifier())
+        with torch.inference_mode():
+            t0 = self.clock.now()
+            single = self.runner.new_cache(len(prompt) + 1)
+            seen = min(len(prompt), PROMPT_OBSERVED) if drafter.recycler is not None else 1
+            ids = torch.tensor([prompt], device=self.runner.device)  # [1, T]
+            logits = prefill(self.runner, single, ids, keep=seen)  # [seen, V]
+            first = row.verifier.first(logits[-1], prompt)
+            drafter.observe_prompt(prompt, logits)
+            row.log.prefill_ms = self.clock.since(t0) * 1e3
+            self.log.prefill_ms += row.log.prefill_ms
+            row.length = len(prompt)
+            if request.max_new_tokens <= 0:
+                row.log.stop_reason, row.done = "max_new_tokens", True
+            else:
+                row.done = self._commit(row, [first])
+            if row.done:
+                self.finished[key] = row
+            else:
+                self.cache.join(single)
+                self.rows.append(row)
+        return key
+
+    def _commit(self, row: Row, tokens: list[int]) -> bool:
+        r = row.request
+        return commit_tokens(tokens, out=row.out, drafter=row.drafter, log=row.log, eos=set(int(e) for e in r.eos_ids),
+                             max_new_tokens=r.max_new_tokens, stop=r.stop, on_tokens=r.on_tokens)
+
+    def step(self) -> dict[int, list[int]]:
+        """One forward for every running row; returns each row's new tokens (by key)."""
+        if not self.rows:
+            return {}
+        with torch.inference_mode():
+            return self._step()
+
+    def _step(self) -> dict[int, list[int]]:
+        t0 = self.clock.now()
+        plans, drafted, steps = [], [], []
+        for row in self.rows:
+            tp = self.clock.now()
+            plan = row.policy.plan()
+            row.log.policy_ms += self.clock.since(tp) * 1e3
+            d = row.drafter.tree(plan)
+            steps.append(self.layout.build(d.tree, row.drafter.window_rows(plan), t=row.length))
+            plans.append(plan)
+            drafted.append(d)
+        ids, positions, block, keep, where = pad_steps(steps, [row.length for row in self.rows])
+        base = self.cache.length
+        self.cache.reserve(ids.shape[1])
+        mask = self._mask(block, positions)
+        tf = self.clock.now()
+        logits = self.runner.rows_forward(ids, positions, self.cache, mask=mask, keep=keep)  # [B, m, V]
+        kept, new_tokens = [], {}
+        for b, (row, step, d) in enumerate(zip(self.rows, steps, drafted)):
+            row_logits = logits[b, where[b]]  # [m_b, V]: this row's kept positions
+            path, new = row.verifier.verify(d.tree, row_logits[: step.n_tree], row.drafter.tokens)
+            row.drafter.observe(d.tree, row_logits[: step.n_tree])
+            if step.window_levels:
+                row.drafter.advance_window(row_logits[step.n_tree :].argmax(-1).tolist())
+            kept.append([0] + path)
+            new_tokens[row.key] = new
+        forward_s = self.clock.since(tf)
+        self.cache.keep(base, kept, [row.length for row in self.rows])
+        step_s = self.clock.since(t0)
+        width = ids.shape[1]
+        self.log.steps.append(BatchStep(rows=len(self.rows), packed=sum(s.size for s in steps), width=width, prefix=base,
+                                        forward_ms=forward_s * 1e3, step_ms=step_s * 1e3))
+        self._finish_step(steps, drafted, plans, kept, new_tokens, step_s, forward_s)
+        return new_tokens
+
+    def _finish_step(self, steps, drafted, plans, kept, new_tokens, step_s: float, forward_s: float) -> None:
+        """Per row: the policy's update, the log line, the commit; finished rows leave the batch."""
+        staying = []
+        for i, (row, step, d, plan, k) in enumerate(zip(self.rows, steps, drafted, plans, kept)):
+            lookup = d.found.get(PromptLookupSource.name, Candidates())
+            path = k[1:]
+            outcome = StepOutcome(
+                plan=plan, packed=step.size, nodes={name: d.nodes(name) for name in d.ends},
+                window_tokens=step.size - len(d.tree), accepted=len(path), accepted_from=d.accepted_from(path),
+                step_s=step_s, forward_s=forward_s, longest_draft=max((len(x) for x in lookup.drafts), default=0),
+                match_len=lookup.match_len, shadow=lookup.shadow, emitted=tuple(new_tokens[row.key]),
+            )  # fmt: skip
+            tu = self.clock.now()
+            row.policy.update(outcome)
+            row.log.policy_ms += self.clock.since(tu) * 1e3
+            new = new_tokens[row.key]
+            row.log.steps.append(StepRecord.of(outcome, new_tokens=len(new), windowed=row.drafter.window is not None))
+            row.length += len(k)
+            row.done = self._commit(row, new)
+            if row.done:
+                self.finished[row.key] = row
+            else:
+                staying.append(i)
+        if len(staying) < len(self.rows):
+            self.cache.select(staying)
+            self.rows = [self.rows[i] for i in staying]
+
+    def _mask(self, block: torch.Tensor, positions: torch.Tensor):
+        """The additive mask(s) [B, 1, K, L + K]: each row's own committed columns, then its block."""
+        n, k = block.shape[0], block.shape[1]
+        length = self.cache.length
+        prefix = self.cache.visible[:, :length]  # [B, L]
+        visible = torch.cat([prefix[:, None, :].expand(n, k, length), block], dim=2)  # [B, K, L + K]
+        full = _additive(visible, self.runner.dtype)
+        window = self.runner.sliding_window
+        if window is None:
+            return full
+        keys = torch.cat([self.cache.positions[:, :length], positions], dim=1)  # [B, L + K]
+        near = keys[:, None, :] > positions[:, :, None] - window  # [B, K, L + K]
+        return self.runner.per_layer_type(full, _additive(visible & near, self.runner.dtype))
+
+    def run(self) -> dict[int, Row]:
+        """Step until every row is done; returns the finished rows by key."""
+        while self.rows:
+            self.step()
+        return self.finished
+
+    def close(self) -> None:
+        """Restore the model's own attention implementation (a flash model ends as it began)."""
+        self.runner.attention.set(self.runner.loaded_attention)
+
+
+def pad_steps(steps: Sequence[PackedStep], lengths: Sequence[int]):
+    """Stack per-row packed steps into one [B, K] forward. Returns ids [B, K], positions [B, K], the
+    block visibility [B, K, K] (padding sees only itself), the union of kept indices [m] and, per
+    row, where its own kept indices sit in that union."""
+    n, k = len(steps), max(s.size for s in steps)
+    ids = np.empty((n, k), dtype=np.int64)
+    pos = np.empty((n, k), dtype=np.int64)
+    block = np.zeros((n, k, k), dtype=bool)
+    block[:, np.arange(k), np.arange(k)] = True
+    for b, (s, t) in enumerate(zip(steps, lengths)):
+        size = s.size
+        ids[b] = int(s.input_ids[0, 0])  # padding: the row's root token at the root's position
+        pos[b] = t
+        ids[b, :size] = s.input_ids[0].cpu().numpy()
+        pos[b, :size] = s.block_positions
+        block[b, :size, :size] = s.block_visible
+    keeps = [s.keep.cpu().numpy() for s in steps]
+    union = np.unique(np.concatenate(keeps))
+    where = [torch.from_numpy(np.searchsorted(union, kb)) for kb in keeps]
+    device = steps[0].input_ids.device
+    return (torch.from_numpy(ids).to(device), torch.from_numpy(pos).to(device), torch.from_numpy(block).to(device),
+            torch.from_numpy(union).to(device), [w.to(device) for w in where])
+
+
+def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]  # [B, 1, K, L + K]
+
+
+def decode_batch(model: torch.nn.Module, requests: Sequence[RowRequest], *, attention: AttentionPlan | None = None,
+                 clock: DeviceClock | None = None) -> tuple[list[Row], BatchLog]:
+    """Decode ``requests`` together; returns the rows in request order and the batch's step log."""
+    widest = max((len(r.prompt) + r.max_new_tokens + r.config.packed_size() + 8 for r in requests), default=64)
+    decoder = BatchDecoder(model, attention=attention, clock=clock, capacity=widest)
+    try:
+        keys = [decoder.add(r) for r in requests]
+        finished = decoder.run()
+    finally:
+        decoder.close()
+    return [finished[k] for k in keys], decoder.log

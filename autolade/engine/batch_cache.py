@@ -1,0 +1,136 @@
+"""The KV cache of a batch: B rows share one column count, each row sees only its own columns.
+
+Rows accept different numbers of tokens per step, so after a step row b holds its accepted tokens
+at columns ``base .. base + n_b - 1`` and the columns up to the widest row's are **holes**: masked
+out for that row (``visible[b, c]`` false), never copied away until rows leave (``select`` compacts).
+Each column keeps the position its keys were rotated at (``positions[b, c]``), which is what a
+sliding-window layer needs to decide what a query may see. Attention is order-free over keys, so
+a row's columns need not be contiguous: only the mask and the positions matter.
+
+Built on ``cache.BufferLayer`` (transformers' public ``Cache``/``DynamicLayer``, no patching).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers.cache_utils import Cache
+
+from .cache import BufferLayer, KVCache
+
+
+class BatchKVCache:
+    """B rows' keys/values in [B, H, cap, D] buffers per layer, ``length`` columns in use."""
+
+    def __init__(self, *, num_layers: int, capacity: int, device: torch.device) -> None:
+        self.capacity = capacity
+        self.device = device
+        self.layers = [BufferLayer(capacity) for _ in range(num_layers)]
+        self.hf = Cache(layers=self.layers)  # what the model's forward receives
+        self.visible = torch.zeros((0, capacity), dtype=torch.bool, device=device)  # [B, cap]: row b sees column c
+        self.positions = torch.zeros((0, capacity), dtype=torch.long, device=device)  # [B, cap]: the column's position
+
+    @property
+    def rows(self) -> int:
+        return int(self.visible.shape[0])
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+    def reserve(self, n: int) -> None:
+        """Room for ``n`` more columns (a step appends its packed width before ``keep``)."""
+        need = self.length + n
+        if need <= self.capacity:
+            return
+        capacity = max(need, 2 * self.capacity)
+        for layer in self.layers:
+            if layer.is_initialized:
+                layer._grow(capacity)
+            layer.capacity = capacity
+        self.visible = _widen(self.visible, capacity)
+        self.positions = _widen(self.positions, capacity)
+        self.capacity = capacity
+
+    def keep(self, base: int, kept: Sequence[Sequence[int]], first_positions: Sequence[int]) -> None:
+        """After a packed step appended its columns at ``base``: row b keeps packed indices ``kept[b]``
+        (ascending; an accepted path from the step's first token, so positions ``first_positions[b]``,
+        +1, ...) at columns base, base+1, ...; the rest are dropped. The new length is the widest row's."""
+        widest = max((len(k) for k in kept), default=0)
+        b = self.rows
+        if any(list(k) != list(range(len(k))) for k in kept):  # some row keeps a branch off the front: gather
+            src = torch.full((b, widest), base, dtype=torch.long)
+            for row, k in enumerate(kept):
+                src[row, : len(k)] = torch.tensor(k, dtype=torch.long) + base
+            src = src.to(self.device)
+            for layer in self.layers:
+                for name in ("_k", "_v"):
+                    buf = getattr(layer, name)  # [B, H, cap, D]
+                    idx = src[:, None, :, None].expand(b, buf.shape[1], widest, buf.shape[3])
+                    buf[:, :, base : base + widest] = buf.gather(2, idx)
+        counts = torch.tensor([len(k) for k in kept], device=self.device)  # [B]
+        cols = torch.arange(widest, device=self.device)  # [widest]
+        self.visible[:, base : base + widest] = cols[None, :] < counts[:, None]
+        self.positions[:, base : base + widest] = torch.tensor(list(first_positions), device=self.device)[:, None] + cols
+        self.truncate(base + widest)
+
+    def truncate(self, length: int) -> None:
+        for layer in self.layers:
+            layer.truncate(length)
+
+    def select(self, rows: Sequence[int]) -> None:
+        """Keep only ``rows`` (in that order), then move each row's visible columns to the front, so
+        that the holes the others left cost nothing in later steps."""
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        visible, positions = self.visible[index], self.positions[index]
+        count = visible[:, : self.length].sum(1)  # [B']
+        width = int(count.max()) if len(rows) else 0
+        # order each row's columns visible-first, stably: its i-th visible column goes to column i
+        order = torch.sort((~visible[:, : self.length]).to(torch.int8), dim=1, stable=True).indices[:, :width]  # [B', width]
+        for layer in self.layers:
+            if not layer.is_initialized:
+                continue
+            for name in ("_k", "_v"):
+                buf = getattr(layer, name)[index]  # [B', H, cap, D]
+                idx = order[:, None, :, None].expand(len(rows), buf.shape[1], width, buf.shape[3])
+                buf[:, :, :width] = buf.gather(2, idx)
+                setattr(layer, name, buf)
+        cols = torch.arange(width, device=self.device)
+        self.visible = torch.zeros((len(rows), self.capacity), dtype=torch.bool, device=self.device)
+        self.visible[:, :width] = cols[None, :] < count[:, None]
+        kept_positions = positions.gather(1, order) if width else positions[:, :0]
+        self.positions = torch.zeros((len(rows), self.capacity), dtype=torch.long, device=self.device)
+        self.positions[:, :width] = kept_positions
+        self.truncate(width)
+
+    def join(self, single: KVCache) -> None:
+        """Append one row whose prompt was prefilled alone in ``single`` (its columns 0..T-1 =
+        positions 0..T-1). Rows already here see holes where the new row's prompt is longer."""
+        t = single.length
+        length = max(self.length, t)
+        self.reserve(max(length - self.length, 0))
+        for layer, new in zip(self.layers, single.layers):
+            for name in ("_k", "_v"):
+                src = getattr(new, name)  # [1, H, cap1, D]
+                if not layer.is_initialized:
+                    layer.device = src.device
+                    setattr(layer, name, src.new_zeros((0, src.shape[1], self.capacity, src.shape[3])))
+                buf = getattr(layer, name)
+                row = src.new_zeros((1, src.shape[1], self.capacity, src.shape[3]))
+                row[:, :, :t] = src[:, :, :t]
+                setattr(layer, name, torch.cat([buf, row], dim=0))
+            layer.is_initialized = True
+        visible = torch.zeros((1, self.capacity), dtype=torch.bool, device=self.device)
+        visible[0, :t] = True
+        positions = torch.zeros((1, self.capacity), dtype=torch.long, device=self.device)
+        positions[0, :t] = torch.arange(t, device=self.device)
+        self.visible = torch.cat([self.visible, visible])
+        self.positions = torch.cat([self.positions, positions])
+        self.truncate(length)
+
+
+def _widen(table: torch.Tensor, capacity: int) -> torch.Tensor:
+    out = table.new_zeros((table.shape[0], capacity))
+    out[:, : table.shape[1]] = table
+    return out
