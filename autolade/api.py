@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from autolade.batched import BatchResult, run_batch, split_rows
 from autolade.config import LookaheadConfig
 from autolade.engine.clock import DeviceClock
 from autolade.engine.decode import lookahead_decode
@@ -58,6 +59,7 @@ def generate(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     *,
+    attention_mask: torch.Tensor | None = None,
     max_new_tokens: int = 256,
     window: int | None = None,
     ngram: int | None = None,
@@ -81,9 +83,20 @@ def generate(
     price_drafts: bool | float = True,
     recycled: NextTokenTable | None = None,
     pad_single: bool | None = None,
+    pad_token_id: int | None = None,
     **unsupported: Any,
-) -> GenerateResult:
+) -> GenerateResult | BatchResult:
     """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
+
+    ``input_ids`` [1, T] (or [T]) is one sequence and returns a ``GenerateResult``. A batch, [B, T]
+    with B > 1 and ``attention_mask`` [B, T] padded on the left (``tokenizer(prompts, padding=True,
+    return_tensors="pt")`` with ``padding_side="left"``), is decoded together, one forward per step
+    for all rows (``autolade.batched``), and returns a ``BatchResult``: ``sequences`` laid out as
+    ``model.generate`` lays out the batch (new tokens after the input, ``pad_token_id``, default the
+    first eos id, after a row that ended early), ``stats`` per row and ``batch`` for the whole. Each
+    row's tokens are those of ``generate`` on that row alone. In a batch, ``on_tokens(row, tokens)``
+    gets the row's index, a sampled row b draws from ``seed + b`` and ``policy`` must be a name,
+    preset or dict (each row gets its own policy object).
 
     ``do_sample=True``: exact lookahead sampling, with the distribution of
     ``model.generate(do_sample=True, temperature=, top_k=, top_p=, min_p=, repetition_penalty=)``;
@@ -123,18 +136,41 @@ def generate(
     True / False: always / never. The output is the same either way; ``res.stats.padded`` says which.
     """
     reject_unsupported(unsupported)
-    ids = check_input(model, input_ids, max_new_tokens)
-    verifier = make_verifier(
-        model, do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        repetition_penalty=repetition_penalty, seed=seed,
-    )  # fmt: skip
+    sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                    repetition_penalty=repetition_penalty)
     eos = eos_ids(model, eos_token_id=eos_token_id)
     stop = stop_fn(stop_token_ids, stop_strings, tokenizer)
-    return run_engine(
-        model, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses, config=config,
-        policy=policy, workload=workload, tokenizer=tokenizer, eos=eos, stop=stop, on_tokens=on_tokens, verifier=verifier,
-        memory=memory, price_drafts=price_drafts, recycled=recycled, pad_single=pad_single,
-    )  # fmt: skip
+    settings = dict(window=window, ngram=ngram, guesses=guesses, config=config, policy=policy, workload=workload,
+                    tokenizer=tokenizer, memory=memory, price_drafts=price_drafts, recycled=recycled)
+    if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and input_ids.shape[0] > 1:
+        return run_batch_engine(model, input_ids, attention_mask, max_new_tokens=max_new_tokens, eos=eos, stop=stop,
+                                on_tokens=on_tokens, pad_token_id=pad_token_id, **settings,
+                                verifier_for=lambda b: make_verifier(model, **sampling, seed=None if seed is None else seed + b))
+    if attention_mask is not None and isinstance(input_ids, torch.Tensor):  # one row: its left padding, if any, is dropped
+        input_ids = split_rows(model, input_ids.reshape(1, -1), _as_row(attention_mask), max_new_tokens)[0]
+    ids = check_input(model, input_ids, max_new_tokens)
+    verifier = make_verifier(model, **sampling, seed=seed)
+    return run_engine(model, ids, max_new_tokens=max_new_tokens, eos=eos, stop=stop, on_tokens=on_tokens,
+                      verifier=verifier, pad_single=pad_single, **settings)
+
+
+def _as_row(mask: Any) -> Any:
+    return mask.reshape(1, -1) if isinstance(mask, torch.Tensor) and mask.dim() == 1 else mask
+
+
+def run_batch_engine(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, max_new_tokens: int,
+    verifier_for: Callable[[int], Any], eos: Sequence[int], stop: Callable[[list[int]], bool] | None,
+    on_tokens: Callable[[int, list[int]], None] | None, pad_token_id: int | None, **settings: Any,
+) -> BatchResult:
+    """``generate`` for a left-padded batch [B, T] (also behind ``autolade.hf.lookahead``): rows checked and
+    unpadded, settings resolved once, ``verifier_for(b)`` row b's verifier (None: greedy), one batched decode."""
+    rows = split_rows(model, input_ids, attention_mask, max_new_tokens)
+    verifiers = [verifier_for(b) for b in range(len(rows))]
+    run = setup_run(model, **settings, sampled=isinstance(verifiers[0], SamplingVerifier), pad_single=False,
+                    memory_default=MEMORY_DEFAULT)
+    return run_batch(model, input_ids, attention_mask, rows=rows, run=run, max_new_tokens=max_new_tokens, eos=eos,
+                     stop=stop, verifiers=verifiers, on_tokens=on_tokens, pad_token_id=pad_token_id)
 
 
 def run_engine(

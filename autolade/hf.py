@@ -72,7 +72,7 @@ from transformers.generation.stopping_criteria import (
 )
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from autolade.api import run_engine
+from autolade.api import run_batch_engine, run_engine
 from autolade.config import LookaheadConfig
 from autolade.engine.sampling import GreedyPenaltyVerifier, SamplingConfig, SamplingVerifier
 from autolade.errors import ConfigError, InputError
@@ -185,8 +185,12 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, gc, synced_gp
                 "pass lookahead_tokenizer=tok (or use custom_generate=autolade.hf.folder(), trust_remote_code=True)"
             )
         others.append(StopStringCriteria(tokenizer, [stop_strings] if isinstance(stop_strings, str) else list(stop_strings)))
-    verifier = _verifier(gc, logits_processor or (), seed)
     room = max(max_length - input_ids.shape[-1], 0)
+    mask = model_kwargs.get("attention_mask")
+    if input_ids.shape[0] > 1 or (mask is not None and not bool((mask == 1).all())):
+        return _decode_batch(model, input_ids, mask, gc, logits_processor, seed, room=room, eos=eos, others=others,
+                             streamer=streamer, settings=settings, tokenizer=tokenizer)
+    verifier = _verifier(gc, logits_processor or (), seed)
     ids = check_input(model, input_ids, room)
     tracker = _Tracker(ids, room, StoppingCriteriaList(others), streamer)
     if streamer is not None and not prompt_put:
@@ -196,6 +200,22 @@ def _decode(model, input_ids, logits_processor, stopping_criteria, gc, synced_gp
         stop=tracker.stop if tracker.active else None, on_tokens=tracker.on_tokens if tracker.active else None,
     )  # fmt: skip
     return (res.sequences[:, : ids.shape[1] + tracker.kept] if tracker.cut else res.sequences), res.stats
+
+
+def _decode_batch(model, input_ids, mask, gc, logits_processor, seed, *, room, eos, others, streamer, settings, tokenizer):
+    """A left-padded batch (or one padded row): all rows in one forward per step (``autolade.batched``);
+    (sequences [B, T + new] as ``_sample`` lays them out, the per-row stats)."""
+    if streamer is not None:
+        raise ConfigError("a streamer takes one sequence: drop streamer= for a batch, or generate one prompt at a time")
+    if others:
+        names = ", ".join(sorted({type(c).__name__ for c in others}))
+        raise ConfigError(f"with a batch, rows stop at max_new_tokens/max_length and the eos ids only: drop {names}")
+    processors = logits_processor or ()
+    _verifier(gc, processors, seed)  # refuses what it cannot apply before any row is prefilled
+    pad = gc.pad_token_id if gc.pad_token_id is not None else (eos[0] if eos else None)
+    res = run_batch_engine(model, input_ids, mask, max_new_tokens=room, eos=eos, stop=None, on_tokens=None, pad_token_id=pad,
+                           tokenizer=tokenizer, verifier_for=lambda b: _verifier(gc, processors, None if seed is None else seed + b), **settings)
+    return res.sequences, res.stats
 
 
 def generate(model: torch.nn.Module, inputs: torch.Tensor | None = None, **generate_arguments: Any):
@@ -243,11 +263,6 @@ def _reject_unsupported(gc: Any, input_ids: torch.Tensor, model_kwargs: dict[str
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[1] == 0:
         shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
         raise InputError(f"autolade.hf.lookahead needs input_ids of shape [1, T] (inputs_embeds are not supported); got {shape}")
-    if input_ids.shape[0] != 1:
-        raise InputError(f"autolade.hf.lookahead decodes one sequence: got a batch of {input_ids.shape[0]}; call generate once per prompt")
-    mask = model_kwargs.get("attention_mask")
-    if mask is not None and not bool((mask == 1).all()):
-        raise InputError("autolade.hf.lookahead does not support padding: the attention_mask has zeros; pass one unpadded prompt")
     cache = model_kwargs.get("cache", model_kwargs.get("past_key_values"))
     if cache is not None and (not hasattr(cache, "get_seq_length") or int(cache.get_seq_length()) > 0):
         raise ConfigError("autolade.hf.lookahead runs its own KV cache: drop past_key_values/cache (a filled cache is not supported)")

@@ -72,7 +72,7 @@ def check_input(model: torch.nn.Module, input_ids: Any, max_new_tokens: int) -> 
     if input_ids.dim() == 1:
         input_ids = input_ids.unsqueeze(0)
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-        raise InputError(f"input_ids must have shape [1, T] (one sequence); got {tuple(input_ids.shape)}")
+        raise InputError(f"input_ids must have shape [1, T] (one sequence) or [B, T] with attention_mask (a batch); got {tuple(input_ids.shape)}")
     if input_ids.dtype not in (torch.int64, torch.int32):
         raise InputError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
     if input_ids.shape[1] == 0:
@@ -216,9 +216,9 @@ class RunSetup:
 
 def setup_run(
     model: torch.nn.Module, *, window: int | None, ngram: int | None, guesses: int | None,
-    config: LookaheadConfig | None, policy: Policy | str | dict | None, workload: str | None, tokenizer: Any,
-    sampled: bool, memory: bool | str | AnswerMemory | None, price_drafts: bool | float,
-    recycled: NextTokenTable | None, pad_single: bool | None, memory_default: bool | str,
+    config: LookaheadConfig | None, policy: Policy | str | dict | None, workload: str | None, sampled: bool,
+    memory: bool | str | AnswerMemory | None, pad_single: bool | None, memory_default: bool | str, tokenizer: Any = None,
+    price_drafts: bool | float = True, recycled: NextTokenTable | None = None,
 ) -> RunSetup:
     """Settings resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
     runtime policy, the n-gram memory and recycling table, the draft price and lone-step padding."""

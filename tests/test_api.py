@@ -43,7 +43,7 @@ def test_one_dimensional_input_and_int32(llama):
     "bad, match",
     [
         (torch.zeros((1, 0), dtype=torch.long), "empty"),
-        (torch.zeros((2, 4), dtype=torch.long), "one sequence"),
+        (torch.zeros((2, 3, 4), dtype=torch.long), "one sequence"),
         (torch.zeros((1, 4)), "integer"),
         (torch.full((1, 4), 10_000), "vocabulary"),
         ([1, 2, 3], "torch.LongTensor"),

@@ -289,16 +289,26 @@ def test_a_refused_call_still_ends_the_streamer(model, ids):
     assert rec.calls == [ids.tolist(), "end"]
 
 
-def test_batch_and_padding_raise(model, ids):
+def test_a_batch_refuses_what_stops_one_row_at_a_time(model, tok, ids):
     batch = torch.cat([ids, ids])
-    with pytest.raises(InputError, match="batch of 2"):
-        model.generate(batch, max_new_tokens=5, custom_generate=autolade.hf.lookahead)
-    mask = torch.ones_like(ids)
-    mask[0, 0] = 0
-    with pytest.raises(InputError, match="padding"):
-        model.generate(ids, attention_mask=mask, max_new_tokens=5, custom_generate=autolade.hf.lookahead)
+    with pytest.raises(ConfigError, match="a streamer takes one sequence"):
+        model.generate(batch, max_new_tokens=5, custom_generate=autolade.hf.lookahead, streamer=Recorder())
+    with pytest.raises(ConfigError, match="drop StopStringCriteria"):
+        model.generate(batch, max_new_tokens=5, custom_generate=autolade.hf.lookahead, stop_strings=["x"],
+                       lookahead_tokenizer=tok)
+    mask = torch.ones_like(batch)
+    mask[0, -1] = 0
+    with pytest.raises(InputError, match="pad on the left"):
+        model.generate(batch, attention_mask=mask, max_new_tokens=5, custom_generate=autolade.hf.lookahead)
     with pytest.raises(ConfigError, match="model.generate"):
         autolade.hf.lookahead(model, ids)
+
+
+def test_one_left_padded_row_equals_generate(model, ids):
+    padded = torch.cat([torch.zeros((1, 3), dtype=torch.long), ids], dim=1)
+    mask = torch.cat([torch.zeros((1, 3), dtype=torch.long), torch.ones_like(ids)], dim=1)
+    ours = model.generate(padded, attention_mask=mask, max_new_tokens=6, custom_generate=autolade.hf.lookahead, pad_token_id=0)
+    assert torch.equal(ours, model.generate(padded, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0))
 
 
 # --- real models (slow) ----------------------------------------------------------------------

@@ -107,9 +107,9 @@ class BatchKVCache:
     def join(self, single: KVCache) -> None:
         """Append one row whose prompt was prefilled alone in ``single`` (its columns 0..T-1 =
         positions 0..T-1). Rows already here see holes where the new row's prompt is longer."""
-        t = single.length
-        length = max(self.length, t)
-        self.reserve(max(length - self.length, 0))
+        t, before = single.length, self.length
+        length = max(before, t)
+        self.reserve(max(length - before, 0))
         for layer, new in zip(self.layers, single.layers):
             for name in ("_k", "_v"):
                 src = getattr(new, name)  # [1, H, cap1, D]
@@ -117,6 +117,9 @@ class BatchKVCache:
                     layer.device = src.device
                     setattr(layer, name, src.new_zeros((0, src.shape[1], self.capacity, src.shape[3])))
                 buf = getattr(layer, name)
+                # the rows here get holes where the new prompt is longer: masked, but never left unwritten
+                # (a masked NaN still poisons: its weight is 0, and 0 x NaN is NaN)
+                buf[:, :, before:length] = 0
                 row = src.new_zeros((1, src.shape[1], self.capacity, src.shape[3]))
                 row[:, :, :t] = src[:, :, :t]
                 setattr(layer, name, torch.cat([buf, row], dim=0))
