@@ -17,9 +17,11 @@ from autolade.cli.errors import clean_errors
               "requests, code for raw completions)")
 @click.option("--memory/--no-memory", default=None, help="draft from (and remember in) the n-gram memory (default: on when greedy)")
 @click.option("--plain", is_flag=True, help="lookahead off: plain greedy steps through the same server (a baseline to compare with)")
+@click.option("--max-batch", type=click.IntRange(1, 256), default=8, show_default=True,
+              help="requests decoded together in one forward per step; more wait for a free row")
 @click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
 @clean_errors
-def serve(model, dtype, host, port, name, workload, memory, plain, trust_remote_code):
+def serve(model, dtype, host, port, name, workload, memory, plain, max_batch, trust_remote_code):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     try:
         import uvicorn
@@ -36,7 +38,7 @@ def serve(model, dtype, host, port, name, workload, memory, plain, trust_remote_
     from autolade.config import GREEDY
 
     server = ModelServer(mdl, tok, name=name or model, workload=workload, memory=False if plain else memory,
-                         config=GREEDY if plain else None)
-    click.echo(f"autolade: serving {server.name} on http://{host}:{port}/v1 (requests take turns at the model "
-               f"after every decode step{'; lookahead off' if plain else ''})", err=True)
+                         config=GREEDY if plain else None, max_batch=max_batch)
+    click.echo(f"autolade: serving {server.name} on http://{host}:{port}/v1 (up to {max_batch} requests decoded together, "
+               f"one forward per step{'; lookahead off' if plain else ''})", err=True)
     uvicorn.run(create_app(server), host=host, port=port, log_level="warning")

@@ -218,6 +218,18 @@ class BatchDecoder:
         near = keys[:, None, :] > positions[:, :, None] - window  # [B, K, L + K]
         return self.runner.per_layer_type(full, _additive(visible & near, self.runner.dtype))
 
+    def cancel(self, key: int) -> Row:
+        """Drop a running row now, between steps (its client went away); it is not among ``finished``."""
+        index = next((i for i, r in enumerate(self.rows) if r.key == key), None)
+        if index is None:
+            raise KeyError(f"no running row {key}")
+        row = self.rows[index]
+        row.done, row.log.stop_reason = True, "cancelled"
+        staying = [i for i in range(len(self.rows)) if i != index]
+        self.cache.select(staying)
+        self.rows = [self.rows[i] for i in staying]
+        return row
+
     def run(self) -> dict[int, Row]:
         """Step until every row is done; returns the finished rows by key."""
         while self.rows:

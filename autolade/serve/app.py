@@ -1,9 +1,9 @@
 """The HTTP side: an OpenAI-compatible FastAPI app over one ``ModelServer``.
 
 Routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (non-streaming and
-server-sent events), ``GET /health``. Each request decodes in a worker thread; the threads take turns
-at the model after every decode step (``turns.FairTurn``), so concurrent requests progress together
-and a client that disconnects frees its turn at the next step. Errors are OpenAI-style JSON (4xx for
+server-sent events), ``GET /health``. Each request waits in a worker thread while its row decodes in
+the model's one batch (``batching.BatchLoop``: all requests in flight share every forward), so
+concurrent requests progress together and a client that disconnects frees its row at the next step. Errors are OpenAI-style JSON (4xx for
 the request's faults); the server keeps serving.
 """
 
@@ -41,7 +41,8 @@ def create_app(server: ModelServer) -> FastAPI:
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": server.name, "waiting": server.turn.waiting}
+        return {"status": "ok", "model": server.name, "in_flight": server.loop.in_flight,
+                "waiting": len(server.loop.waiting), "steps": server.loop.steps}
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

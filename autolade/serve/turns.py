@@ -1,57 +1,11 @@
-"""Taking turns at one model: requests decode in their own threads and hand the model on after every
-decode step, first come first served, so no request waits behind a long one for more than one step of
-each other request in flight.
-
-The engine's ``on_tokens`` callback runs after every step; the server passes one that calls
-``FairTurn.pass_on()`` there. Each request keeps its own KV cache inside its decode call, so steps of
-different requests can interleave on one model without changing any request's tokens.
-"""
+"""What a request thread needs around the batch loop: ``Cancelled`` (the client went away) and
+``TextDeltas`` (decoded text handed out as deltas while tokens arrive)."""
 
 from __future__ import annotations
 
-import threading
-from collections import deque
-
 
 class Cancelled(Exception):
-    """The client went away: the decode stops at the next step boundary and frees its turn."""
-
-
-class FairTurn:
-    """A first-in first-out lock: ``acquire`` queues, ``pass_on`` goes to the back of the queue."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._queue: deque[object] = deque()  # waiting tickets; the head holds the turn
-        self.served = 0  # turns handed out, for tests and stats
-
-    def acquire(self) -> object:
-        ticket = object()
-        with self._cond:
-            self._queue.append(ticket)
-            self._cond.wait_for(lambda: self._queue[0] is ticket)
-            self.served += 1
-        return ticket
-
-    def release(self, ticket: object) -> None:
-        with self._cond:
-            if not self._queue or self._queue[0] is not ticket:
-                raise RuntimeError("release of a turn not held")
-            self._queue.popleft()
-            self._cond.notify_all()
-
-    def pass_on(self, ticket: object) -> object:
-        """Give the turn to the next waiter (if any) and queue again; returns the new ticket."""
-        with self._cond:
-            if len(self._queue) == 1:  # nobody waits: keep the turn
-                return ticket
-        self.release(ticket)
-        return self.acquire()
-
-    @property
-    def waiting(self) -> int:
-        with self._cond:
-            return max(len(self._queue) - 1, 0)
+    """The client went away: its row leaves the batch at the next step boundary."""
 
 
 class TextDeltas:

@@ -1,25 +1,33 @@
-"""The model side of the server: one loaded model and tokenizer, requests decoded in turns.
+"""The model side of the server: one loaded model and tokenizer, requests decoded together.
 
-Knows nothing of HTTP: ``ModelServer.run`` takes a checked ``DecodeRequest``, decodes it with
-``autolade.generate`` (settings resolved per workload as generate() always does, the n-gram memory and
-the token recycling table shared by every request of a workload) and hands text deltas to
-``on_text`` as steps complete. ``cancelled()`` is polled after every step.
+Knows nothing of HTTP: ``ModelServer.run`` takes a checked ``DecodeRequest``, resolves its settings as
+``generate()`` does (per workload: profile, prediction or default; the n-gram memory and the token
+recycling table of that workload), and submits it to the ``BatchLoop``, where it joins the rows in
+flight at the next step boundary: all requests go through one forward per step. Text deltas reach
+``on_text`` as steps complete; ``cancelled()`` is polled before every step. The answer is remembered
+in the request's own thread once its row is done, so no store write happens inside the decode loop.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from autolade.api import generate
+from autolade.api import MEMORY_DEFAULT
 from autolade.config import LookaheadConfig
+from autolade.engine.batch import RowRequest
+from autolade.engine.sampling import make_verifier
 from autolade.errors import AutoladeError
+from autolade.machine.models import eos_ids
+from autolade.prepare import RunSetup, setup_run, stats_of, stop_fn
+from autolade.serve.batching import BatchLoop
 from autolade.serve.requests import DEFAULT_MAX_TOKENS, ApiError, DecodeRequest
-from autolade.serve.turns import Cancelled, FairTurn, TextDeltas
+from autolade.serve.turns import TextDeltas
 
 
 @dataclass(frozen=True)
@@ -34,17 +42,18 @@ class Completion:
 
 
 class ModelServer:
-    """One model behind the API. Thread-safe: every request takes turns at the model (``FairTurn``)."""
+    """One model behind the API. Thread-safe: requests decode together in one ``BatchLoop``."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, name: str, workload: str | None = None,
-                 memory: bool | None = None, config: LookaheadConfig | None = None) -> None:
+                 memory: bool | None = None, config: LookaheadConfig | None = None, max_batch: int = 8) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name  # what clients pass as "model"
         self.workload = workload  # a request's default workload (None: chat for chat requests, code for raw prompts)
         self.memory = memory  # generate(memory=): None = its default (on for greedy)
         self.config = config  # every request's settings; None: resolved per workload (profile, prediction, default)
-        self.turn = FairTurn()
+        self.loop = BatchLoop(self.model, max_rows=max_batch)  # at most max_batch rows per forward; the rest wait
+        self.eos = eos_ids(self.model)
         self.context = int(getattr(getattr(model.config, "get_text_config", lambda: model.config)(),
                                    "max_position_embeddings", 0) or 0)
         self.started = threading.Event()  # set once the first request decoded (warm)
@@ -78,40 +87,47 @@ class ModelServer:
                            code="context_length_exceeded")
         return req.max_tokens
 
+    def prepare(self, req: DecodeRequest, ids: torch.Tensor, max_new: int,
+                on_tokens: Callable[[list[int]], None]) -> tuple[RowRequest, RunSetup]:
+        """The engine request for ``req``, with its settings resolved as generate() resolves them."""
+        sampled = req.temperature > 0
+        run = setup_run(self.model, window=None, ngram=None, guesses=None, config=self.config, policy=None,
+                        workload=req.workload or self.workload or ("chat" if req.chat else "code"), sampled=sampled,
+                        memory=self.memory, pad_single=False, memory_default=MEMORY_DEFAULT, tokenizer=self.tokenizer)
+        verifier = make_verifier(self.model, do_sample=sampled, temperature=req.temperature if sampled else None,
+                                 top_p=req.top_p if sampled else None, seed=req.seed if sampled else None)
+        request = RowRequest(prompt=ids[0].tolist(), config=run.config, max_new_tokens=max_new, eos_ids=self.eos,
+                             stop=stop_fn(None, list(req.stop) or None, self.tokenizer), policy=run.policy,
+                             verifier=verifier, on_tokens=on_tokens, memory=run.answers, token_cost=run.token_cost,
+                             recycled=run.recycled)  # fmt: skip
+        return request, run
+
     def run(self, req: DecodeRequest, *, on_text: Callable[[str], None] | None = None,
             cancelled: Callable[[], bool] = lambda: False) -> Completion:
         ids = self.encode(req)
         max_new = self.budget(req, ids.shape[1])
         deltas = TextDeltas(self.tokenizer, stop=req.stop)
-        ticket = self.turn.acquire()
 
-        def on_tokens(tokens: list[int]) -> None:  # after every decode step: stream, then hand the model on
-            nonlocal ticket
+        def on_tokens(tokens: list[int]) -> None:  # in the loop's thread, after every step of this row
             delta = deltas.add(tokens)
             if delta and on_text is not None:
                 on_text(delta)
-            if cancelled():
-                raise Cancelled
-            ticket = self.turn.pass_on(ticket)
 
-        sampled = req.temperature > 0
         try:
-            res = generate(
-                self.model, ids, max_new_tokens=max_new, tokenizer=self.tokenizer, on_tokens=on_tokens,
-                workload=req.workload or self.workload or ("chat" if req.chat else "code"),
-                do_sample=sampled, temperature=req.temperature if sampled else None,
-                top_p=req.top_p if sampled else None, seed=req.seed if sampled else None,
-                stop_strings=list(req.stop) or None, memory=self.memory, config=self.config,
-            )
+            request, run = self.prepare(req, ids, max_new, on_tokens)
+            t0 = time.perf_counter()
+            row = self.loop.submit(request, cancelled=cancelled).wait()
         except AutoladeError as exc:
             raise ApiError(400, str(exc)) from None
-        finally:
-            self.turn.release(ticket)
+        wall = time.perf_counter() - t0
+        memory_note = run.memory_note
+        if run.remember is not None:  # here, in the request's thread: the decode loop never waits on the store
+            memory_note += "" if (why := run.remember(row.out)) is None else f"; {why}"
         self.started.set()
         rest = deltas.finish()
         if rest and on_text is not None:
             on_text(rest)
-        stats = res.stats
+        stats = replace(stats_of(row.log, len(row.out), wall, run.config, run.source, run.policy), memory=memory_note)
         stopped = stats.stop_reason != "max_new_tokens" or deltas.stopped
         return Completion(
             text=deltas.text(), finish_reason="stop" if stopped else "length", prompt_tokens=int(ids.shape[1]),
@@ -119,5 +135,5 @@ class ModelServer:
             settings={"window": stats.settings["window"], "ngram": stats.settings["ngram"],
                       "guesses": stats.settings["guesses"], "prompt_lookup": stats.settings["prompt_lookup"],
                       "source": stats.settings_source, "policy": stats.policy, "memory": stats.memory,
-                      "tokens_per_step": round(stats.tokens_per_step, 3), "sampled": sampled},
+                      "tokens_per_step": round(stats.tokens_per_step, 3), "sampled": req.temperature > 0},
         )

@@ -1,0 +1,129 @@
+"""Throughput of batched lookahead: B prompts at once, total new tokens per second, three ways,
+interleaved group by group in one process:
+
+  hf        HF ``model.generate`` on the left-padded batch, greedy (its own batched decoding)
+  batched   ``autolade.generate`` on the same padded batch: all rows in one forward per step
+  one-by-one ``autolade.generate`` on each row alone, one after the other
+
+    python3 tools/batch_bench.py --model smollm2-135m --dtype bfloat16 --sets chat,code --batch 1,2,4,8 --prompts 8 \\
+        -c 0,4,0,16,drafts=3,scaled=1,lookup_ngram=4,recycle=16 -o out/batch-bench
+
+Prompts: the held-out MT-Bench (chat, through the chat template) and HumanEval (code, raw) prompts,
+the first ``--prompts`` of each set, cut into groups of B. Every row's tokens are checked: batched
+against one-by-one (the same engine; a mismatch is reported with the position, and in bf16 can be a
+tie), HF's padded batch against HF greedy on each row alone is not expected to hold in bf16 (padding
+changes the kernels' sums) and is only counted. Writes OUT.json after every cell; prints a table.
+The memory is off (a fresh home), so no answer is drafted from an earlier prompt's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import autolade
+from autolade.bench.run import load_sets
+from autolade.config import parse_config
+from autolade.machine.hardware import environment, load_average
+from autolade.machine.models import eos_ids
+from autolade.workloads import encode_prompt
+
+
+def padded(rows: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded [B, T] ids and mask, as a tokenizer with padding_side='left' returns them."""
+    t = max(r.shape[1] for r in rows)
+    ids = torch.full((len(rows), t), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), t), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, t - r.shape[1] :], mask[b, t - r.shape[1] :] = r[0], 1
+    return ids, mask
+
+
+def new_rows(seq: torch.Tensor, width: int, eos: set[int], pad: int) -> list[list[int]]:
+    """Each row's new tokens from a padded [B, T + n] output: up to its first eos (kept), padding dropped."""
+    out = []
+    for row in seq[:, width:].tolist():
+        end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+        out.append(row[:end])
+    return out
+
+
+def run_group(model, rows, *, config, n: int, pad: int, eos: set[int]) -> dict:
+    ids, mask = padded(rows, pad)
+    timing, outputs = {}, {}
+    t0 = time.perf_counter()
+    hf = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad)
+    timing["hf"], outputs["hf"] = time.perf_counter() - t0, new_rows(hf, ids.shape[1], eos, pad)
+    t0 = time.perf_counter()
+    res = autolade.generate(model, ids, attention_mask=mask, max_new_tokens=n, config=config, memory=False, pad_token_id=pad)
+    timing["batched"] = time.perf_counter() - t0
+    outputs["batched"] = new_rows(res.sequences, ids.shape[1], eos, pad) if len(rows) > 1 else [res.sequences[0, ids.shape[1] :].tolist()]
+    t0 = time.perf_counter()
+    outputs["one-by-one"] = [autolade.generate(model, r, max_new_tokens=n, config=config, memory=False).sequences[0, r.shape[1] :].tolist()
+                             for r in rows]  # fmt: skip
+    timing["one-by-one"] = time.perf_counter() - t0
+    batch = getattr(res, "batch", None)
+    return {"seconds": timing, "tokens": {k: sum(len(o) for o in v) for k, v in outputs.items()},
+            "batched_equals_one_by_one": sum(a == b for a, b in zip(outputs["batched"], outputs["one-by-one"])),
+            "hf_equals_one_by_one": sum(a == b for a, b in zip(outputs["hf"], outputs["one-by-one"])),
+            "rows": len(rows), "steps": batch.steps if batch else res.stats.steps,
+            "packed_per_step": batch.packed_per_step if batch else None, "width_per_step": batch.width_per_step if batch else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--sets", default="chat,code")
+    ap.add_argument("--batch", default="1,2,4,8")
+    ap.add_argument("--prompts", type=int, default=8, help="held-out prompts per set (cut into groups of B)")
+    ap.add_argument("--max-new-tokens", "-n", type=int, default=128)
+    ap.add_argument("--config", "-c", default="0,4,0,16,drafts=3,scaled=1,lookup_ngram=4,recycle=16")
+    ap.add_argument("--max-minutes", type=float, default=60.0, help="start no new cell after this many minutes")
+    ap.add_argument("-o", "--out", default="out/batch-bench")
+    args = ap.parse_args()
+    config = parse_config(args.config)
+    sizes = [int(b) for b in args.batch.split(",")]
+    model, tok = autolade.load(args.model, dtype=args.dtype)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    eos = set(eos_ids(model))
+    sets = load_sets(args.sets.split(","), limit=args.prompts, heldout=True)
+    report = {"environment": environment(model), "load_average_at_start": load_average(), "model": args.model,
+              "config": args.config, "cells": []}
+    out = Path(args.out).with_suffix(".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        warm = [encode_prompt(tok, p.text, kind=p.kind) for p in next(iter(sets.values()))[:2]]
+        run_group(model, warm, config=config, n=8, pad=pad, eos=eos)
+        for name, prompts in sets.items():
+            encoded = [encode_prompt(tok, p.text, kind=p.kind) for p in prompts]
+            for b in sizes:
+                if time.perf_counter() - start > 60 * args.max_minutes:
+                    break
+                groups = [encoded[i : i + b] for i in range(0, len(encoded) - b + 1, b)]
+                cells = [run_group(model, g, config=config, n=args.max_new_tokens, pad=pad, eos=eos) for g in groups]
+                cell = {"set": name, "batch": b, "groups": len(cells)}
+                for method in ("hf", "batched", "one-by-one"):
+                    tokens = sum(c["tokens"][method] for c in cells)
+                    seconds = sum(c["seconds"][method] for c in cells)
+                    cell[method] = {"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 2)}
+                for key in ("batched_equals_one_by_one", "hf_equals_one_by_one", "rows"):
+                    cell[key] = sum(c[key] for c in cells)
+                cell["packed_per_step"] = [c["packed_per_step"] for c in cells]
+                cell["width_per_step"] = [c["width_per_step"] for c in cells]
+                report["cells"].append(cell)
+                out.write_text(json.dumps(report, indent=1))
+                print(f"{name} B={b}: hf {cell['hf']['tokens_per_s']} tok/s, batched {cell['batched']['tokens_per_s']}, "
+                      f"one-by-one {cell['one-by-one']['tokens_per_s']}; batched/one-by-one "
+                      f"{cell['batched']['tokens_per_s'] / cell['one-by-one']['tokens_per_s']:.2f}x, batched/hf "
+                      f"{cell['batched']['tokens_per_s'] / cell['hf']['tokens_per_s']:.2f}x; rows equal one-by-one "
+                      f"{cell['batched_equals_one_by_one']}/{cell['rows']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
