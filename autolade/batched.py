@@ -37,6 +37,7 @@ class BatchStats:
     rows_per_step: float  # running rows per forward, averaged over the steps
     packed_per_step: float  # real tokens per forward, all rows together
     width_per_step: float  # the widest row's tokens per forward (every row is padded to it)
+    hole_share: float  # of the cache columns the rows attend over, the share masked out (holes), over all steps
 
 
 @dataclass(frozen=True)
@@ -122,4 +123,5 @@ def batch_stats(log: BatchLog, done: list, wall: float) -> BatchStats:
         prefill_ms=log.prefill_ms, forward_ms=sum(s.forward_ms for s in log.steps),
         rows_per_step=mean([s.rows for s in log.steps]), packed_per_step=mean([s.packed for s in log.steps]),
         width_per_step=mean([s.width for s in log.steps]),
+        hole_share=sum(s.holes for s in log.steps) / max(sum(s.rows * s.prefix for s in log.steps), 1),
     )  # fmt: skip

@@ -5,8 +5,7 @@ interleaved group by group in one process:
   batched   ``autolade.generate`` on the same padded batch: all rows in one forward per step
   one-by-one ``autolade.generate`` on each row alone, one after the other
 
-    python3 tools/batch_bench.py --model smollm2-135m --dtype bfloat16 --sets chat,code --batch 1,2,4,8 --prompts 8 \\
-        -c 0,4,0,16,drafts=3,scaled=1,lookup_ngram=4,recycle=16 -o out/batch-bench
+    python3 tools/batch_bench.py --model smollm2-135m --dtype float32 --sets chat,code --batch 1,2,4,8 --prompts 8 -o out/batch-bench
 
 Prompts: the held-out MT-Bench (chat, through the chat template) and HumanEval (code, raw) prompts,
 the first ``--prompts`` of each set, cut into groups of B. Every row's tokens are checked: batched
@@ -52,26 +51,28 @@ def new_rows(seq: torch.Tensor, width: int, eos: set[int], pad: int) -> list[lis
     return out
 
 
-def run_group(model, rows, *, config, n: int, pad: int, eos: set[int]) -> dict:
+def run_group(model, rows, *, config, workload: str, n: int, pad: int, eos: set[int]) -> dict:
     ids, mask = padded(rows, pad)
     timing, outputs = {}, {}
     t0 = time.perf_counter()
     hf = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad)
     timing["hf"], outputs["hf"] = time.perf_counter() - t0, new_rows(hf, ids.shape[1], eos, pad)
     t0 = time.perf_counter()
-    res = autolade.generate(model, ids, attention_mask=mask, max_new_tokens=n, config=config, memory=False, pad_token_id=pad)
+    res = autolade.generate(model, ids, attention_mask=mask, max_new_tokens=n, config=config, workload=workload, memory=False,
+                            pad_token_id=pad)
     timing["batched"] = time.perf_counter() - t0
     outputs["batched"] = new_rows(res.sequences, ids.shape[1], eos, pad) if len(rows) > 1 else [res.sequences[0, ids.shape[1] :].tolist()]
     t0 = time.perf_counter()
-    outputs["one-by-one"] = [autolade.generate(model, r, max_new_tokens=n, config=config, memory=False).sequences[0, r.shape[1] :].tolist()
-                             for r in rows]  # fmt: skip
+    outputs["one-by-one"] = [autolade.generate(model, r, max_new_tokens=n, config=config, workload=workload, memory=False)
+                             .sequences[0, r.shape[1] :].tolist() for r in rows]  # fmt: skip
     timing["one-by-one"] = time.perf_counter() - t0
     batch = getattr(res, "batch", None)
     return {"seconds": timing, "tokens": {k: sum(len(o) for o in v) for k, v in outputs.items()},
             "batched_equals_one_by_one": sum(a == b for a, b in zip(outputs["batched"], outputs["one-by-one"])),
             "hf_equals_one_by_one": sum(a == b for a, b in zip(outputs["hf"], outputs["one-by-one"])),
             "rows": len(rows), "steps": batch.steps if batch else res.stats.steps,
-            "packed_per_step": batch.packed_per_step if batch else None, "width_per_step": batch.width_per_step if batch else None}
+            "settings": (res.stats[0] if batch else res.stats).settings_source,
+            "hole_share": batch.hole_share if batch else None, "packed_per_step": batch.packed_per_step if batch else None, "width_per_step": batch.width_per_step if batch else None}
 
 
 def main() -> None:
@@ -82,11 +83,15 @@ def main() -> None:
     ap.add_argument("--batch", default="1,2,4,8")
     ap.add_argument("--prompts", type=int, default=8, help="held-out prompts per set (cut into groups of B)")
     ap.add_argument("--max-new-tokens", "-n", type=int, default=128)
-    ap.add_argument("--config", "-c", default="0,4,0,16,drafts=3,scaled=1,lookup_ngram=4,recycle=16")
+    ap.add_argument("--config", "-c", default="auto", help="W,N,G[,...] for every row, or auto: what generate() picks for "
+                    "the set's workload (stored profile, prediction, default)")
+    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--max-minutes", type=float, default=60.0, help="start no new cell after this many minutes")
     ap.add_argument("-o", "--out", default="out/batch-bench")
     args = ap.parse_args()
-    config = parse_config(args.config)
+    config = None if args.config == "auto" else parse_config(args.config)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     sizes = [int(b) for b in args.batch.split(",")]
     model, tok = autolade.load(args.model, dtype=args.dtype)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -99,15 +104,15 @@ def main() -> None:
     start = time.perf_counter()
     with torch.inference_mode():
         warm = [encode_prompt(tok, p.text, kind=p.kind) for p in next(iter(sets.values()))[:2]]
-        run_group(model, warm, config=config, n=8, pad=pad, eos=eos)
+        run_group(model, warm, config=config, workload="chat", n=8, pad=pad, eos=eos)
         for name, prompts in sets.items():
             encoded = [encode_prompt(tok, p.text, kind=p.kind) for p in prompts]
             for b in sizes:
                 if time.perf_counter() - start > 60 * args.max_minutes:
                     break
                 groups = [encoded[i : i + b] for i in range(0, len(encoded) - b + 1, b)]
-                cells = [run_group(model, g, config=config, n=args.max_new_tokens, pad=pad, eos=eos) for g in groups]
-                cell = {"set": name, "batch": b, "groups": len(cells)}
+                cells = [run_group(model, g, config=config, workload=name, n=args.max_new_tokens, pad=pad, eos=eos) for g in groups]
+                cell = {"set": name, "batch": b, "groups": len(cells), "settings": sorted({c["settings"] for c in cells})}
                 for method in ("hf", "batched", "one-by-one"):
                     tokens = sum(c["tokens"][method] for c in cells)
                     seconds = sum(c["seconds"][method] for c in cells)
@@ -116,6 +121,7 @@ def main() -> None:
                     cell[key] = sum(c[key] for c in cells)
                 cell["packed_per_step"] = [c["packed_per_step"] for c in cells]
                 cell["width_per_step"] = [c["width_per_step"] for c in cells]
+                cell["hole_share"] = [c["hole_share"] for c in cells]
                 report["cells"].append(cell)
                 out.write_text(json.dumps(report, indent=1))
                 print(f"{name} B={b}: hf {cell['hf']['tokens_per_s']} tok/s, batched {cell['batched']['tokens_per_s']}, "

@@ -75,6 +75,7 @@ class BatchStep:
     packed: int  # real tokens, all rows together
     width: int  # K: the widest row's tokens (every row is padded to it)
     prefix: int  # cache columns every query attends over (holes included)
+    holes: int  # of rows x prefix, the columns masked out (other rows' longer prompts, shorter accepted paths)
     forward_ms: float
     step_ms: float
 
@@ -155,6 +156,7 @@ class BatchDecoder:
             drafted.append(d)
         ids, positions, block, keep, where = pad_steps(steps, [row.length for row in self.rows])
         base = self.cache.length
+        holes = len(self.rows) * base - int(self.cache.visible[:, :base].sum())
         self.cache.reserve(ids.shape[1])
         mask = self._mask(block, positions)
         tf = self.clock.now()
@@ -173,7 +175,7 @@ class BatchDecoder:
         step_s = self.clock.since(t0)
         width = ids.shape[1]
         self.log.steps.append(BatchStep(rows=len(self.rows), packed=sum(s.size for s in steps), width=width, prefix=base,
-                                        forward_ms=forward_s * 1e3, step_ms=step_s * 1e3))
+                                        holes=holes, forward_ms=forward_s * 1e3, step_ms=step_s * 1e3))
         self._finish_step(steps, drafted, plans, kept, new_tokens, step_s, forward_s)
         return new_tokens
 
