@@ -19,6 +19,7 @@ from autolade.errors import StoreError
 from autolade.machine.models import eos_ids
 from autolade.prepare import GenerateResult, check_input, check_max_new_tokens, explicit_config, setup_run, stats_of, stop_fn
 from autolade.runtime.policies import Policy, make_policy, needs_cost
+from autolade.runtime.settings import stored_cost
 
 MEMORY_DEFAULT: bool | str = True  # generate(memory=None): see BENCHMARKS.md "N-gram memory" for the measurements behind it
 
@@ -169,8 +170,9 @@ def run_batch_engine(
     verifiers = [verifier_for(b) for b in range(len(rows))]
     run = setup_run(model, **settings, sampled=isinstance(verifiers[0], SamplingVerifier), pad_single=False,
                     memory_default=MEMORY_DEFAULT)
+    step_cost = stored_cost(model) if settings.get("price_drafts", True) is True else None  # the width follows the curve
     return run_batch(model, input_ids, attention_mask, rows=rows, run=run, max_new_tokens=max_new_tokens, eos=eos,
-                     stop=stop, verifiers=verifiers, on_tokens=on_tokens, pad_token_id=pad_token_id)
+                     stop=stop, verifiers=verifiers, on_tokens=on_tokens, pad_token_id=pad_token_id, step_cost=step_cost)
 
 
 def run_engine(

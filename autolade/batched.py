@@ -37,6 +37,7 @@ class BatchStats:
     rows_per_step: float  # running rows per forward, averaged over the steps
     packed_per_step: float  # real tokens per forward, all rows together
     width_per_step: float  # the widest row's tokens per forward (every row is padded to it)
+    alone_share: float  # of the row-steps, those the step budget packed as the last token alone (drafts not worth the width)
     hole_share: float  # of the cache columns the rows attend over, the share masked out (holes), over all steps
 
 
@@ -79,8 +80,10 @@ def run_batch(
     model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, rows: list[torch.Tensor],
     run: RunSetup, max_new_tokens: int, eos: Sequence[int], stop: Callable[[list[int]], bool] | None,
     verifiers: list[Any], on_tokens: Callable[[int, list[int]], None] | None, pad_token_id: int | None,
+    step_cost: Callable[[float], float] | None = None,
 ) -> BatchResult:
-    """Decode the checked ``rows`` together with the settled ``run``; lay the result out as HF does."""
+    """Decode the checked ``rows`` together with the settled ``run``; lay the result out as HF does.
+    ``step_cost``: c(k) of this machine's step curve, which decides each step's packed width (``engine.batch.budget``)."""
     policies = [run.policy] + [run.new_policy() for _ in rows[1:]]
 
     def row_callback(b: int):
@@ -94,7 +97,7 @@ def run_batch(
     ]  # fmt: skip
     clock = DeviceClock(input_ids.device)
     t0 = clock.now()
-    done, log = decode_batch(model, requests)
+    done, log = decode_batch(model, requests, step_cost=step_cost)
     wall = clock.since(t0)
     stats = []
     for row, policy in zip(done, policies):
@@ -123,5 +126,6 @@ def batch_stats(log: BatchLog, done: list, wall: float) -> BatchStats:
         prefill_ms=log.prefill_ms, forward_ms=sum(s.forward_ms for s in log.steps),
         rows_per_step=mean([s.rows for s in log.steps]), packed_per_step=mean([s.packed for s in log.steps]),
         width_per_step=mean([s.width for s in log.steps]),
+        alone_share=sum(s.alone for s in log.steps) / max(sum(s.rows for s in log.steps), 1),
         hole_share=sum(s.holes for s in log.steps) / max(sum(s.rows * s.prefix for s in log.steps), 1),
     )  # fmt: skip

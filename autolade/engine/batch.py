@@ -15,7 +15,7 @@ finish leave the batch (their columns are compacted away), so they stop costing 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -27,8 +27,8 @@ from .attention import AttentionPlan
 from .batch_cache import BatchKVCache
 from .clock import DeviceClock
 from .decode import PROMPT_OBSERVED, DecodeLog, ModelRunner, StepRecord, commit_tokens, prefill
-from .drafter import Drafter
-from .layout import Layout, PackedStep
+from .drafter import Drafted, Drafter
+from .layout import DraftTree, Layout, PackedStep
 from .memory import AnswerMemory
 from .prompt_lookup import PromptLookupSource
 from .recycle import NextTokenTable
@@ -65,6 +65,33 @@ class Row:
     log: DecodeLog = field(default_factory=DecodeLog)
     length: int = 0  # this row's tokens in the cache: its context less the last token (the next step's root)
     done: bool = False
+    gain: float = 1.0  # EMA of draft tokens accepted per step when it drafts (or would have: its shadow tree)
+    shadow: DraftTree | None = None  # a tree the step budget left unpacked, walked against the tokens that came
+    shadow_tokens: list[int] = field(default_factory=list)  # tokens emitted since that step
+
+    def learn(self, accepted: int) -> None:
+        self.gain += GAIN_EMA * (accepted - self.gain)
+
+    def follow_shadow(self, tokens: list[int]) -> None:
+        """Walk the unpacked tree along the tokens that came; once it ends or they differ, it says what
+        the row would have accepted, and the gain learns it."""
+        if self.shadow is None:
+            return
+        self.shadow_tokens.extend(tokens)
+        node, accepted = 0, 0
+        for tok in self.shadow_tokens:
+            child = self.shadow.children[node].get(tok)
+            if child is None:
+                break
+            node, accepted = child, accepted + 1
+        else:
+            if self.shadow.children[node]:
+                return  # the tree goes on beyond the tokens so far: wait for more
+        self.learn(accepted)
+        self.shadow, self.shadow_tokens = None, []
+
+
+GAIN_EMA = 0.2  # weight of one step in a row's accepted-per-step average
 
 
 @dataclass(frozen=True)
@@ -76,6 +103,7 @@ class BatchStep:
     width: int  # K: the widest row's tokens (every row is padded to it)
     prefix: int  # cache columns every query attends over (holes included)
     holes: int  # of rows x prefix, the columns masked out (other rows' longer prompts, shorter accepted paths)
+    alone: int  # rows the step budget packed as their last token alone (their drafts did not pay for the width)
     forward_ms: float
     step_ms: float
 
@@ -90,7 +118,8 @@ class BatchDecoder:
     """Exact batched lookahead decoding of rows that join and leave at step boundaries."""
 
     def __init__(self, model: torch.nn.Module, *, attention: AttentionPlan | None = None,
-                 clock: DeviceClock | None = None, capacity: int = 512) -> None:
+                 clock: DeviceClock | None = None, capacity: int = 512,
+                 step_cost: Callable[[float], float] | None = None) -> None:
         self.runner = ModelRunner(model, attention=attention)
         self.clock = clock or DeviceClock(self.runner.device)
         self.cache = BatchKVCache(num_layers=self.runner.num_layers, capacity=capacity, device=self.runner.device)
@@ -99,6 +128,9 @@ class BatchDecoder:
         self.finished: dict[int, Row] = {}
         self.log = BatchLog()
         self._keys = 0
+        # c(k): a forward of k tokens (all rows, padding included), from the machine's step curve; with it each
+        # step packs only the rows whose drafts pay for the width they add (``budget``); None: every row drafts
+        self.step_cost = step_cost
 
     def add(self, request: RowRequest) -> int:
         """Prefill ``request``'s prompt alone and add it to the batch; returns its key."""
@@ -154,6 +186,15 @@ class BatchDecoder:
             steps.append(self.layout.build(d.tree, row.drafter.window_rows(plan), t=row.length))
             plans.append(plan)
             drafted.append(d)
+        alone = budget(self.step_cost, [s.size for s in steps], [row.gain for row in self.rows])
+        for b in alone:  # packed as the last token alone; the tree is walked later against what came
+            row = self.rows[b]
+            if row.shadow is None and len(drafted[b].tree) > 1:
+                row.shadow, row.shadow_tokens = drafted[b].tree, []
+            root = DraftTree(drafted[b].tree.tokens[0])
+            drafted[b] = Drafted(tree=root, ends={}, found={})
+            steps[b] = self.layout.build(root, None, t=row.length)
+            plans[b] = replace(plans[b], window=0, guesses=0, draft_len=0, drafts=0, recycle=0)
         ids, positions, block, keep, where = pad_steps(steps, [row.length for row in self.rows])
         base = self.cache.length
         holes = len(self.rows) * base - int(self.cache.visible[:, :base].sum())
@@ -175,7 +216,7 @@ class BatchDecoder:
         step_s = self.clock.since(t0)
         width = ids.shape[1]
         self.log.steps.append(BatchStep(rows=len(self.rows), packed=sum(s.size for s in steps), width=width, prefix=base,
-                                        holes=holes, forward_ms=forward_s * 1e3, step_ms=step_s * 1e3))
+                                        holes=holes, alone=len(alone), forward_ms=forward_s * 1e3, step_ms=step_s * 1e3))
         self._finish_step(steps, drafted, plans, kept, new_tokens, step_s, forward_s)
         return new_tokens
 
@@ -197,6 +238,9 @@ class BatchDecoder:
             new = new_tokens[row.key]
             row.log.steps.append(StepRecord.of(outcome, new_tokens=len(new), windowed=row.drafter.window is not None))
             row.length += len(k)
+            if len(d.tree) > 1:
+                row.learn(len(path))
+            row.follow_shadow(new)
             row.done = self._commit(row, new)
             if row.done:
                 self.finished[row.key] = row
@@ -243,6 +287,29 @@ class BatchDecoder:
         self.runner.attention.set(self.runner.loaded_attention)
 
 
+def budget(step_cost: Callable[[float], float] | None, sizes: Sequence[int], gains: Sequence[float]) -> list[int]:
+    """Rows to pack as their last token alone this step: dropped one at a time, each time the row whose
+    drop raises the expected tokens per ms the most, (rows + their expected accepted drafts) / c(rows x the
+    widest row's tokens), while a drop raises it. ``gains``: each row's accepted drafts per step."""
+    if step_cost is None or len(sizes) == 0:
+        return []
+    n = len(sizes)
+    drafting = {b for b in range(n) if sizes[b] > 1}
+
+    def rate(rows: set[int]) -> float:
+        width = max((sizes[b] for b in rows), default=1)
+        return (n + sum(gains[b] for b in rows)) / step_cost(n * width)
+
+    best = rate(drafting)
+    while drafting:
+        drop, value = max(((b, rate(drafting - {b})) for b in drafting), key=lambda x: x[1])
+        if value <= best:
+            break
+        drafting.discard(drop)
+        best = value
+    return sorted(b for b in range(n) if sizes[b] > 1 and b not in drafting)
+
+
 def pad_steps(steps: Sequence[PackedStep], lengths: Sequence[int]):
     """Stack per-row packed steps into one [B, K] forward. Returns ids [B, K], positions [B, K], the
     block visibility [B, K, K] (padding sees only itself), the union of kept indices [m] and, per
@@ -273,10 +340,11 @@ def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def decode_batch(model: torch.nn.Module, requests: Sequence[RowRequest], *, attention: AttentionPlan | None = None,
-                 clock: DeviceClock | None = None) -> tuple[list[Row], BatchLog]:
+                 clock: DeviceClock | None = None,
+                 step_cost: Callable[[float], float] | None = None) -> tuple[list[Row], BatchLog]:
     """Decode ``requests`` together; returns the rows in request order and the batch's step log."""
     widest = max((len(r.prompt) + r.max_new_tokens + r.config.packed_size() + 8 for r in requests), default=64)
-    decoder = BatchDecoder(model, attention=attention, clock=clock, capacity=widest)
+    decoder = BatchDecoder(model, attention=attention, clock=clock, capacity=widest, step_cost=step_cost)
     try:
         keys = [decoder.add(r) for r in requests]
         finished = decoder.run()

@@ -42,12 +42,14 @@ class Job:
 class BatchLoop:
     """Decodes every submitted job in one batch, ``max_rows`` rows at most (the rest wait their turn)."""
 
-    def __init__(self, model: torch.nn.Module, *, max_rows: int = 8, start: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, *, max_rows: int = 8, start: bool = True,
+                 step_cost: Callable[[float], float] | None = None) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.model = model
         self.max_rows = max_rows
-        self.decoder = BatchDecoder(model)
+        self.step_cost = step_cost  # the machine's step curve c(k): each step's packed width follows it
+        self.decoder = BatchDecoder(model, step_cost=step_cost)
         self.jobs: dict[int, Job] = {}  # row key -> job, for the rows in flight
         self.waiting: deque[Job] = deque()
         self.steps = 0  # batched forwards so far
@@ -137,4 +139,4 @@ class BatchLoop:
             job.done.set()
         self.jobs.clear()
         self.decoder.close()
-        self.decoder = BatchDecoder(self.model)  # a fresh cache: the failed step may have left it half written
+        self.decoder = BatchDecoder(self.model, step_cost=self.step_cost)  # a fresh cache: the failed step may have left it half written

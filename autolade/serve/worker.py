@@ -25,6 +25,7 @@ from autolade.engine.sampling import make_verifier
 from autolade.errors import AutoladeError
 from autolade.machine.models import eos_ids
 from autolade.prepare import RunSetup, setup_run, stats_of, stop_fn
+from autolade.runtime.settings import stored_cost
 from autolade.serve.batching import BatchLoop
 from autolade.serve.requests import DEFAULT_MAX_TOKENS, ApiError, DecodeRequest
 from autolade.serve.turns import TextDeltas
@@ -52,7 +53,7 @@ class ModelServer:
         self.workload = workload  # a request's default workload (None: chat for chat requests, code for raw prompts)
         self.memory = memory  # generate(memory=): None = its default (on for greedy)
         self.config = config  # every request's settings; None: resolved per workload (profile, prediction, default)
-        self.loop = BatchLoop(self.model, max_rows=max_batch)  # at most max_batch rows per forward; the rest wait
+        self.loop = BatchLoop(self.model, max_rows=max_batch, step_cost=stored_cost(self.model))  # at most max_batch rows per forward; the rest wait
         self.eos = eos_ids(self.model)
         self.context = int(getattr(getattr(model.config, "get_text_config", lambda: model.config)(),
                                    "max_position_embeddings", 0) or 0)
