@@ -139,7 +139,7 @@ def test_budget_keeps_drafts_on_a_flat_curve_and_drops_the_worst_on_a_steep_one(
     sizes, gains = [12, 4, 1, 20], [2.0, 0.9, 0.0, 0.1]
     assert budget(None, sizes, gains) == []
     assert budget(lambda k: 10.0, sizes, gains) == []  # a flat curve: every draft is free
-    gentle = lambda k: 100.0 + k  # noqa: E731 - a packed token costs 1% of a step: 4 rows x 20 wide cost 80%
+    gentle = lambda k: 100.0 + k  # a packed token costs 1% of a step: 4 rows x 20 wide cost 80%
     assert budget(gentle, sizes, gains) == [3]  # the 20-wide row accepting 0.1 goes; the 12-wide one accepting 2 pays
     assert budget(lambda k: k, sizes, gains) == [0, 1, 3]  # cost linear in tokens: plain greedy rows win
 
