@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from autolade.batched import BatchResult, run_batch, split_rows
+from autolade.compiling import check_compile, compile_summary, default_runners
 from autolade.config import LookaheadConfig
 from autolade.engine.clock import DeviceClock
 from autolade.engine.decode import lookahead_decode
@@ -19,7 +20,7 @@ from autolade.errors import StoreError
 from autolade.machine.models import eos_ids
 from autolade.prepare import GenerateResult, check_input, check_max_new_tokens, explicit_config, setup_run, stats_of, stop_fn
 from autolade.runtime.policies import Policy, make_policy, needs_cost
-from autolade.runtime.settings import stored_cost
+from autolade.runtime.settings import stored_compile, stored_cost
 
 MEMORY_DEFAULT: bool | str = True  # generate(memory=None): see BENCHMARKS.md "N-gram memory" for the measurements behind it
 
@@ -85,6 +86,7 @@ def generate(
     recycled: NextTokenTable | None = None,
     pad_single: bool | None = None,
     pad_token_id: int | None = None,
+    compile: bool | None = None,
     **unsupported: Any,
 ) -> GenerateResult | BatchResult:
     """Exact greedy lookahead decoding: the same tokens as ``model.generate(do_sample=False)``.
@@ -123,27 +125,28 @@ def generate(
     copy, neither changed nor saved); otherwise each call starts a fresh one. ``recycled``: the caller's
     own ``NextTokenTable``, drafted from and taught by this call.
 
-    ``price_drafts``: memory and recycled drafts are packed only where this machine's stored step curve
-    says they pay (``StepCurve.token_cost``); False: recycled drafts fill the config's ``recycle`` budget
-    whatever the machine; a number in [0, 1]: that cost of one packed token relative to a step, instead of
-    the stored curve's (what ``autolade accept`` counts a recycling setting at, once per price, so that a
-    table travels to machines of any price). ``res.stats.draft_price`` says which price was used.
+    ``price_drafts``: memory and recycled drafts are packed only where the stored step curve says they pay
+    (``StepCurve.token_cost``); False: recycled drafts fill the ``recycle`` budget whatever the machine; a number
+    in [0, 1]: that cost of a packed token relative to a step (``autolade accept``'s way); see ``stats.draft_price``.
 
-    ``pad_single``: a step with nothing to draft packs one filler draft (what followed the last token
-    before, else the context's most frequent token), because a two-token step costs less than a
-    one-token one on this machine; None (the default): where this machine's stored step curve says so
-    (``StepCurve.pads_single``: c(2) < c(1), measured for the 1.5B Qwen in bf16 on a 2-core EPYC) and
-    the call drafts at all (a plain greedy config without a memory keeps HF's one-token steps);
-    True / False: always / never. The output is the same either way; ``res.stats.padded`` says which.
+    ``pad_single``: a step with nothing to draft packs one filler draft (what followed the last token before,
+    else the context's most frequent token) where a two-token step costs less than a one-token one; None: where
+    the stored step curve says so (``StepCurve.pads_single``) and the call drafts at all. Same output either way.
+
+    ``compile=True``: steps run compiled (``torch.compile``, CUDA graphs on a GPU) at a few fixed widths on a
+    static KV cache (``autolade.engine.compiled``), warm-up (``res.stats.compiled``) paid once per model and
+    width; None: where the stored curves say it pays (``autolade profile --compile``). Same output; one sequence.
     """
     reject_unsupported(unsupported)
+    batched = isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and input_ids.shape[0] > 1
+    check_compile(compile, batched=batched)
     sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                     repetition_penalty=repetition_penalty)
     eos = eos_ids(model, eos_token_id=eos_token_id)
     stop = stop_fn(stop_token_ids, stop_strings, tokenizer)
     settings = dict(window=window, ngram=ngram, guesses=guesses, config=config, policy=policy, workload=workload,
                     tokenizer=tokenizer, memory=memory, price_drafts=price_drafts, recycled=recycled)
-    if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and input_ids.shape[0] > 1:
+    if batched:
         return run_batch_engine(model, input_ids, attention_mask, max_new_tokens=max_new_tokens, eos=eos, stop=stop,
                                 on_tokens=on_tokens, pad_token_id=pad_token_id, **settings,
                                 verifier_for=lambda b: make_verifier(model, **sampling, seed=None if seed is None else seed + b))
@@ -152,7 +155,7 @@ def generate(
     ids = check_input(model, input_ids, max_new_tokens)
     verifier = make_verifier(model, **sampling, seed=seed)
     return run_engine(model, ids, max_new_tokens=max_new_tokens, eos=eos, stop=stop, on_tokens=on_tokens,
-                      verifier=verifier, pad_single=pad_single, **settings)
+                      verifier=verifier, pad_single=pad_single, compile=compile, **settings)
 
 
 def _as_row(mask: Any) -> Any:
@@ -195,6 +198,7 @@ def run_engine(
     price_drafts: bool | float = True,
     recycled: NextTokenTable | None = None,
     pad_single: bool | None = None,
+    compile: bool | None = None,
 ) -> GenerateResult:
     """The one engine entry point behind ``generate`` and ``autolade.hf.lookahead``: settings
     resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
@@ -203,19 +207,24 @@ def run_engine(
                     tokenizer=tokenizer, sampled=isinstance(verifier, SamplingVerifier), memory=memory,
                     price_drafts=price_drafts, recycled=recycled, pad_single=pad_single, memory_default=MEMORY_DEFAULT)
     config, policy, memory_note = run.config, run.policy, run.memory_note
+    runner = default_runners().get(model, tokens=ids.shape[1] + max_new_tokens, config=config) if (
+        compile if compile is not None else stored_compile(model)) else None
+    warm_before = runner.log.warmup_total_s if runner is not None else 0.0
     clock = DeviceClock(ids.device)  # CUDA: synchronised, so wall_s covers finished work
     t0 = clock.now()
     new, log = lookahead_decode(
         model, ids, config=config, max_new_tokens=max_new_tokens, eos_ids=eos, stop=stop, policy=policy, on_tokens=on_tokens,
         verifier=verifier, memory=run.answers, token_cost=run.token_cost, recycled=run.recycled, pad_single=run.pad_single,
+        runner=runner,
     )
     wall = clock.since(t0)
     if run.remember is not None:
         memory_note += "" if (why := run.remember(new)) is None else f"; {why}"
     seq = torch.cat([ids, torch.tensor([new], dtype=ids.dtype, device=ids.device)], dim=1)
     stats = stats_of(log, len(new), wall, config, run.source, policy)
+    compiled = compile_summary(runner, warm_before) if runner is not None else None
     return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note, draft_price=run.token_cost,
-                                                       padded=run.pad_single))
+                                                       padded=run.pad_single, compiled=compiled))
 
 
 def check_arguments(

@@ -43,6 +43,7 @@ class GenerateStats:
     memory: str = "off"  # the n-gram memory: "off", or what it held ("N answers (T tokens, workload)")
     draft_price: float | None = None  # one packed memory/recycled token's cost relative to a step, as priced; None: not priced
     padded: bool = False  # steps with nothing to draft packed a filler draft (generate(pad_single=))
+    compiled: dict[str, Any] | None = None  # the compiled step's buckets, graphs and this call's warm-up; None: eager
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +58,8 @@ class GenerateStats:
             f"memory: {self.memory}" + (f" ({self.accepted_by.get('memory', 0)} draft tokens accepted from it)"
                                          if self.memory != "off" else "")
             + ("; lone steps padded with a filler draft (a two-token step costs less than one here)" if self.padded else "")
+            + (f"; compiled steps (buckets {self.compiled['buckets']}, warm-up {self.compiled['warmup_s']:.1f} s this call)"
+               if self.compiled else "")
         )
 
 

@@ -84,9 +84,12 @@ class TextStream:
 @click.option("--seed", type=int, default=None, help="with --sample: RNG seed for a reproducible run")
 @click.option("--memory/--no-memory", default=None, help="draft from (and remember in) the n-gram memory of earlier answers (default: on)")
 @click.option("--new-workload", is_flag=True, help="--workload names a new workload on purpose: no note that it starts a new memory bucket")
+@click.option("--compile/--no-compile", "compile_", default=None,
+              help="compiled decode steps (torch.compile, fixed widths, static cache; default: where `autolade profile --compile` found they pay)")
 @clean_errors
 def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workload, policy, plot_path, raw, stats,
-             trust_remote_code, do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed, memory, new_workload):
+             trust_remote_code, do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed, memory, new_workload,
+             compile_):
     """Generate a completion for PROMPT with exact lookahead decoding."""
     from autolade import api
     from autolade.errors import InputError
@@ -111,7 +114,7 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
         mdl, ids, max_new_tokens=max_new_tokens, window=window, ngram=ngram, guesses=guesses,
         workload=workload, policy=policy, tokenizer=tok, on_tokens=stream,
         do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
-        repetition_penalty=repetition_penalty, seed=seed, memory=memory,
+        repetition_penalty=repetition_penalty, seed=seed, memory=memory, compile=compile_,
     )
     stream.close()
     if stats:

@@ -15,8 +15,10 @@ from autolade.cli.errors import clean_errors
 @click.option("--quick", is_flag=True, help="fewer k values, one context, shorter benchmarks (a rough picture)")
 @click.option("--verify", type=int, default=0, show_default=True, metavar="N",
               help="time each prediction against greedy and HF prompt lookup on N held-out prompts; store greedy if it loses")
+@click.option("--compile", "compile_", is_flag=True,
+              help="also time the compiled step (torch.compile at a few fixed widths); generate() compiles where it pays")
 @clean_errors
-def profile_command(model, dtype, plot, quick, verify):
+def profile_command(model, dtype, plot, quick, verify, compile_):
     """Profile this hardware and MODEL's step-latency curve; save the curve in the store, and per
     workload the setting an acceptance table predicts best on it (a "predicted" profile)."""
     from autolade.tuning.profile_workflow import profile_machine
@@ -24,7 +26,7 @@ def profile_command(model, dtype, plot, quick, verify):
     if verify < 0:
         raise click.BadParameter("--verify must be 0 (off) or a number of prompts")
     profile_machine(model=model, dtype=dtype, quick=quick, verify=verify, plot=plot, echo=click.echo,
-                    log=lambda m: click.echo(m, err=True))
+                    log=lambda m: click.echo(m, err=True), compile=compile_)
 
 
 @click.group("profiles")

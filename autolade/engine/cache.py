@@ -76,8 +76,11 @@ class KVCache:
 
     def __init__(self, *, num_layers: int, capacity: int) -> None:
         self.capacity = capacity
-        self.layers = [BufferLayer(capacity) for _ in range(num_layers)]
+        self.layers = self.new_layers(num_layers, capacity)
         self.hf = Cache(layers=self.layers)  # what the model's forward receives
+
+    def new_layers(self, num_layers: int, capacity: int) -> list[BufferLayer]:
+        return [BufferLayer(capacity) for _ in range(num_layers)]
 
     @property
     def length(self) -> int:

@@ -223,6 +223,7 @@ def lookahead_decode(
     clock: DeviceClock | None = None,
     attention: AttentionPlan | None = None,
     pad_single: bool = False,
+    runner: ModelRunner | None = None,
 ) -> tuple[list[int], DecodeLog]:
     """Greedy lookahead decoding of ``prompt`` [1, T]; returns the new tokens and the step log.
 
@@ -237,8 +238,10 @@ def lookahead_decode(
     ``attention.model_plan``); the model's own implementation is restored on the way out.
     ``pad_single``: a step that would pack one token packs a filler draft too (what followed the last
     token before, else the context's most frequent token), for machines whose curve has c(2) < c(1).
+    ``runner``: the model's forward (default: a new eager ``ModelRunner``); a ``compiled.CompiledRunner``
+    runs the steps compiled on its static cache.
     """
-    runner = ModelRunner(model, attention=attention)
+    runner = runner or ModelRunner(model, attention=attention)
     clock = clock or DeviceClock(runner.device)
     policy = policy or StaticPolicy(config)
     verifier = verifier or GreedyVerifier()

@@ -100,6 +100,69 @@ def measure_step_curve(
     )
 
 
+def measure_compiled_curve(
+    model: Any, *, buckets: tuple[int, ...] | None = None, contexts: tuple[int, ...] = (256,), repeats: int = 5,
+    warmup: int = 2, name: str | None = None, clock: Any = None,
+) -> StepCurve:
+    """The compiled step's curve (``StepCurve.compiled``): the median ms of a compiled step at each bucket width
+    (``engine.compiled.BUCKETS``), through the very ``CompiledRunner`` a decode uses, on its static cache after a
+    random prefix of each context. The first call of each bucket compiles it: its time is in ``notes``, not in
+    the curve. Repeats interleave over the buckets, as in ``measure_step_curve``."""
+    import time
+
+    import torch
+
+    from autolade.engine.clock import DeviceClock
+    from autolade.engine.compiled import BUCKETS, CompiledRunner
+
+    param = next(model.parameters())
+    device = param.device
+    widths = _checked_ks(model, buckets or BUCKETS, contexts, repeats=repeats, warmup=warmup, device_type=device.type)
+    capacity = max(1024, 1 << (max(contexts) + widths[-1] - 1).bit_length())
+    runner = CompiledRunner(model, capacity=capacity, buckets=tuple(widths))
+    clock = clock or DeviceClock(device)
+    vocab = int(model.config.vocab_size)
+    gen = torch.Generator().manual_seed(0)
+    load_before = _load_average()
+    points: dict[int, dict[int, float]] = {}
+    spread: dict[int, dict[int, float]] = {}
+    t_compile = time.perf_counter()
+    try:
+        with torch.inference_mode():
+            for context in contexts:
+                cache = runner.new_cache(capacity)
+                prefix = torch.randint(0, vocab, (1, max(context, 1)), generator=gen).to(device)
+                runner.forward(prefix, torch.arange(prefix.shape[1], device=device)[None], cache, kind="prefill")
+                inputs = {k: _step_inputs(torch, k, prefix.shape[1], vocab=vocab, device=device, dtype=param.dtype, gen=gen)
+                          for k in widths}
+
+                def step(k: int, inputs=inputs, cache=cache, base=prefix.shape[1]) -> float:
+                    x = inputs[k]
+                    start = clock.now()
+                    runner.forward(x["input_ids"], x["position_ids"], cache, mask=x["attention_mask"], keep=0)
+                    elapsed = clock.since(start)
+                    cache.truncate(base)
+                    return elapsed * 1000.0
+
+                for k in widths:
+                    for _ in range(max(warmup, 1)):  # the first call compiles
+                        step(k)
+                times: dict[int, list[float]] = {k: [] for k in widths}
+                for _ in range(repeats):
+                    for k in widths:
+                        times[k].append(step(k))
+                points[int(context)] = {k: statistics.median(t) for k, t in times.items()}
+                spread[int(context)] = {k: (max(t) - min(t)) / statistics.median(t) for k, t in times.items()}
+    finally:
+        runner.attention.set(runner.loaded_attention)
+    notes = _noise_notes(load_before, spread)
+    notes.append(f"compiled ({runner.mode}): warm-up {runner.log.warmup_total_s:.1f} s for {runner.log.compiles} graphs "
+                 f"(buckets {', '.join(map(str, widths))}); {time.perf_counter() - t_compile:.1f} s in all")
+    return StepCurve(points=points, device=str(device), dtype=str(param.dtype).removeprefix("torch."), repeats=repeats,
+                     model=name, torch_threads=torch.get_num_threads() if device.type == "cpu" else None, spread=spread,
+                     notes=tuple(notes), compiled=True)
+
+
 def _checked_ks(model: Any, ks: Any, contexts: Any, *, repeats: int, warmup: int, device_type: str) -> list[int]:
     """The sorted ks to time (1 always among them), checked against the model's position limit."""
     if ks is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autolade.errors import ProfileError
@@ -33,6 +33,7 @@ class StepCurve:
     torch_threads: int | None = None  # torch.get_num_threads() while measuring (CPU)
     spread: dict[int, dict[int, float]] | None = None  # {context: {k: (max - min) / median}} over the repeats
     notes: tuple[str, ...] = ()  # e.g. "system busy while measuring ..."; shown with the table
+    compiled: bool = False  # measured through the compiled step (engine/compiled.py) at its bucket widths
 
     def __post_init__(self) -> None:
         if not isinstance(self.points, dict) or not self.points:
@@ -139,6 +140,7 @@ class StepCurve:
             "points": _str_keys(self.points),
             "spread": _str_keys(self.spread) if self.spread else None,
             "notes": list(self.notes),
+            "compiled": self.compiled,
         }
 
     @classmethod
@@ -155,7 +157,7 @@ class StepCurve:
         notes = data.get("notes") or []
         if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
             raise ProfileError("step curve: 'notes' must be a list of strings")
-        for key, kind in (("device", str), ("dtype", str), ("repeats", int)):
+        for key, kind in (("device", str), ("dtype", str), ("repeats", int), ("compiled", bool)):
             if key in data and not isinstance(data[key], kind):
                 raise ProfileError(f"step curve: '{key}' must be {kind.__name__}, got {data[key]!r}")
         return cls(
@@ -167,7 +169,31 @@ class StepCurve:
             torch_threads=data.get("torch_threads"),
             spread=spread,
             notes=tuple(notes),
+            compiled=data.get("compiled", False),
         )
+
+
+def as_run(compiled: StepCurve, ks: tuple[int, ...] = CPU_KS) -> StepCurve:
+    """The compiled curve as a decode meets it: c(k) = the cost of the smallest bucket >= k, at every k of
+    ``ks`` up to the widest bucket (a step function, where interpolating between buckets would under-price)."""
+    widths = compiled.ks
+    points = {ctx: {k: row[next(w for w in widths if w >= k)] for k in sorted(set(ks) | {1}) if k <= widths[-1]}
+              for ctx, row in compiled.points.items()}
+    return replace(compiled, points=points, spread=None)
+
+
+def compile_pays(eager: StepCurve, compiled: StepCurve, *, ks: tuple[int, ...] = (1, 2, 4, 8, 16),
+                 margin: float = 0.95) -> bool:
+    """Whether the compiled step is cheaper here: the mean over ``ks`` of compiled c(bucket(k)) / eager c(k)
+    (a compiled step of k tokens runs at the smallest measured width >= k) is below ``margin``."""
+    widths = compiled.ks
+    ratios = []
+    for k in ks:
+        width = next((w for w in widths if w >= k), None)
+        if width is None:
+            return False  # the compiled curve does not reach this width
+        ratios.append(compiled.cost(width) / eager.cost(k))
+    return sum(ratios) / len(ratios) < margin
 
 
 def _str_keys(table: dict[int, dict[int, float]]) -> dict[str, dict[str, float]]:

@@ -41,6 +41,7 @@ class _Answers:
     """What the store and the profile files said for one model, dtype and machine."""
 
     curve: Any  # StepCurve or None
+    compiled_curve: Any = None  # the compiled step's StepCurve or None (``autolade profile --compile``)
     found: Mapping[str, tuple[Any, str]] = field(default_factory=dict)  # workload tag -> (Profile or None, source)
     problem: str = ""  # why the store was not read ("": it was); the shared files still were
 
@@ -112,6 +113,10 @@ class SettingsResolver:
     def curve(self, model: torch.nn.Module):
         """This machine's latest step-latency curve for this model and dtype, or None."""
         return self._read(model, []).curve
+
+    def answers(self, model: torch.nn.Module) -> _Answers:
+        """What the store holds for this model on this machine, whatever the workload (its curves)."""
+        return self._read(model, [])
 
     def stored_profile(self, model: torch.nn.Module, workload: str):
         """(profile, source) for exactly this workload; a ``ConfigError`` that names the fix if there is none."""
@@ -223,8 +228,8 @@ class SettingsResolver:
                     return cached
             self._misses += 1
         known = cached.found if cached is not None else {}
-        curve, found, problem = _read_store(db, hardware, fp, [t for t in tags if t not in known])
-        answers = _Answers(curve=curve, found={**known, **found}, problem=problem)
+        (curve, compiled), found, problem = _read_store(db, hardware, fp, [t for t in tags if t not in known])
+        answers = _Answers(curve=curve, compiled_curve=compiled, found={**known, **found}, problem=problem)
         if not problem and _stamp(db, dirs) == stamp:  # read, and nothing was written meanwhile: safe to keep
             with self._lock:
                 self._answers[key] = answers
@@ -256,8 +261,9 @@ def _read_open_store(store, hardware, fp: dict[str, str], tags: list[str]):
                                 model_fingerprint=fp, dtype=fp["dtype"], workload=tag)
         for tag in tags
     }
-    curve = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"])
-    return curve, found
+    curves = tuple(store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=fp, dtype=fp["dtype"],
+                                      compiled=compiled) for compiled in (False, True))
+    return curves, found
 
 
 def _unreadable(db: Path, exc: StoreError) -> str:
@@ -323,6 +329,15 @@ def stored_pads_single(model: torch.nn.Module) -> bool:
     than a one-token step (``StepCurve.pads_single``); False when none was measured."""
     curve = default_resolver().curve(model)
     return curve is not None and curve.pads_single()
+
+
+def stored_compile(model: torch.nn.Module) -> bool:
+    """Whether this machine's stored curves for this model and dtype say the compiled step pays
+    (``records.curve.compile_pays``); False when no compiled curve was measured (``autolade profile --compile``)."""
+    from autolade.records.curve import compile_pays
+
+    answers = default_resolver().answers(model)
+    return answers.curve is not None and answers.compiled_curve is not None and compile_pays(answers.curve, answers.compiled_curve)
 
 
 def stored_profile(model: torch.nn.Module, workload: str):

@@ -60,16 +60,18 @@ class Measurements:
         with self.errors_as("save a curve to"), self.writing():
             return self.db["curves"].insert(row).last_pk
 
-    def latest_curve(self, *, hardware_fingerprint: str, model_fingerprint: str | dict[str, str], dtype: str) -> StepCurve | None:
-        """The most recent step curve for this hardware/model/dtype whose repeats agreed; else the most recent; else None."""
+    def latest_curve(self, *, hardware_fingerprint: str, model_fingerprint: str | dict[str, str], dtype: str,
+                     compiled: bool = False) -> StepCurve | None:
+        """The most recent step curve for this hardware/model/dtype whose repeats agreed; else the most recent; else
+        None. ``compiled``: of the compiled step (``StepCurve.compiled``) instead of the eager one."""
         model_fingerprint = model_key(model_fingerprint) if isinstance(model_fingerprint, dict) else model_fingerprint
         sql = (
             "select curve from curves where hardware_fingerprint = ? and model_fingerprint = ? and dtype = ? "
-            "order by id desc limit 20"
+            "order by id desc limit 40"
         )
         with self.errors_as("read"):
             rows = list(self.db.query(sql, [hardware_fingerprint, model_fingerprint, dtype]))
-        curves = [StepCurve.from_dict(json.loads(row["curve"])) for row in rows]
+        curves = [c for row in rows if (c := StepCurve.from_dict(json.loads(row["curve"]))).compiled == compiled]
         return next((c for c in curves if not c.noisy_points()), curves[0] if curves else None)
 
     # -- acceptance tables (autolade.records.acceptance: hardware-free, keyed by model, tokenizer, workload, dtype)

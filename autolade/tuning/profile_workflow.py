@@ -33,19 +33,23 @@ class ProfileRun:
     recommended_dtype: str | None = None  # None when there is nothing to compare
     dtype_why: str = ""
     plot: Path | None = None
+    compile: bool | None = None  # whether the compiled step pays here (None: not measured)
 
 
 def profile_machine(*, model: str, dtype: str = "float32", quick: bool = False, verify: int = 0,
                     plot: str | Path | None = None, echo: Callable[[str], None] = print,
-                    log: Callable[[str], None] | None = None) -> ProfileRun:
+                    log: Callable[[str], None] | None = None, compile: bool = False) -> ProfileRun:
     """Profile this hardware and ``model``'s step-latency curve in ``dtype``; save the curve in the store,
     and per workload the setting an acceptance table predicts best on it (a "predicted" profile; with
     ``verify`` N, timed on N held-out prompts first and greedy stored if it loses). ``quick``: fewer k
     values, one context, shorter benchmarks. ``plot``: also write the curve as a PNG. The report goes to
-    ``echo``, progress to ``log`` (default: ``echo``)."""
+    ``echo``, progress to ``log`` (default: ``echo``). ``compile``: also measure the compiled step's curve
+    (``engine/compiled.py``; minutes of warm-up on a CPU), store it, and where it is cheaper than the eager one
+    (``records.curve.compile_pays``) price the predictions on it: ``generate()`` then compiles by itself."""
     from autolade.machine.hardware import probe_hardware
     from autolade.machine.models import load, model_fingerprint
     from autolade.machine.step_curve import measure_step_curve, plot_curve
+    from autolade.records.curve import as_run, compile_pays
     from autolade.records.vocab import model_tokenizer_fingerprints
     from autolade.store.db import ProfileStore
     from autolade.store.tables import find_table
@@ -63,18 +67,20 @@ def profile_machine(*, model: str, dtype: str = "float32", quick: bool = False, 
     log(f"\nmeasuring step-latency curve of {fp['name']} ({fp['dtype']}, config {fp['config_hash']})...")
     curve = measure_step_curve(mdl, **QUICK_CURVE, name=fp["name"]) if quick else measure_step_curve(mdl, name=fp["name"])
     _echo_curve(curve, echo)
+    compiled = _compiled_curve(mdl, fp["name"], quick=quick, echo=echo, log=log) if compile else None
     tok_fp = model_tokenizer_fingerprints(mdl, tok)
     with ProfileStore() as store:
-        curve_id = store.save_curve(
-            curve,
-            hardware_fingerprint=hardware.fingerprint,
-            hardware_class=hardware.hardware_class,
-            hardware_summary=hardware.summary(),
-            model_name=fp["name"],
-            model_config_hash=fp["config_hash"],
-        )
+        where = dict(hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
+                     hardware_summary=hardware.summary(), model_name=fp["name"], model_config_hash=fp["config_hash"])
+        curve_id = store.save_curve(curve, **where)
         echo(f"saved step curve #{curve_id} to {store.path}")
         run = ProfileRun(hardware=hardware, curve=curve, curve_id=curve_id, store_path=store.path)
+        if compiled is not None:
+            echo(f"saved the compiled step curve #{store.save_curve(compiled, **where)}")
+            run.compile = compile_pays(curve, compiled)
+            echo(f"compiled steps: {'on' if run.compile else 'off'} for generate() on this machine "
+                 f"({_compile_ratio(curve, compiled)})")
+        pricing = as_run(compiled) if run.compile else curve  # the predictions are priced on the steps that will run
         chat_table = None
         for workload in WORKLOADS:
             table, source = find_table(store, model_fingerprint=fp, tokenizer_fingerprint=tok_fp, workload=workload,
@@ -84,7 +90,7 @@ def profile_machine(*, model: str, dtype: str = "float32", quick: bool = False, 
                 continue
             chat_table = chat_table or table
             run.predicted[workload] = store_prediction(
-                store, mdl, tok, table=table, source=source, curve=curve, hardware=hardware, fingerprint=fp,
+                store, mdl, tok, table=table, source=source, curve=pricing, hardware=hardware, fingerprint=fp,
                 workload=workload, verify=verify, echo=echo)
         recommended, why = stored_dtype_advice(curve, store=store, hardware=hardware, model_fingerprint=fp, table=chat_table)
         run.recommended_dtype, run.dtype_why = recommended, why
@@ -93,6 +99,29 @@ def profile_machine(*, model: str, dtype: str = "float32", quick: bool = False, 
         run.plot = plot_curve(curve, plot)
         echo(f"wrote {run.plot}")
     return run
+
+
+def _compiled_curve(model, name: str, *, quick: bool, echo: Callable[[str], None], log: Callable[[str], None]):
+    from autolade.machine.step_curve import measure_compiled_curve
+
+    log("\nmeasuring the compiled step (torch.compile; each bucket compiles once first)...")
+    compiled = measure_compiled_curve(model, contexts=QUICK_CURVE["contexts"] if quick else (128, 512),
+                                      repeats=QUICK_CURVE["repeats"] if quick else 5, name=name)
+    echo("\ncompiled step latency, median ms per forward at each bucket width:")
+    echo(compiled.table())
+    for note in compiled.notes:
+        echo(f"note: {note}")
+    return compiled
+
+
+def _compile_ratio(eager, compiled) -> str:
+    """Compiled / eager cost at a few widths, for the report."""
+    parts = []
+    for k in (1, 4, 8, 16):
+        width = next((w for w in compiled.ks if w >= k), None)
+        if width is not None:
+            parts.append(f"k={k}: {compiled.cost(width) / eager.cost(k):.2f}x eager")
+    return ", ".join(parts)
 
 
 def _echo_curve(curve, echo: Callable[[str], None]) -> None:

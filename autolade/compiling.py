@@ -1,0 +1,64 @@
+"""``generate(compile=...)``: one compiled runner per (model, capacity class, buckets), kept while the model lives.
+
+A compiled step's graphs depend on the bucket width and the static cache's capacity only; keeping the runner
+per model means a warm-up is paid once per model and bucket, and a new prompt length never recompiles.
+Capacities come in powers of two (at least ``MIN_CAPACITY``), so prompts of any length share a few of them.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any
+
+import torch
+
+from autolade.config import LookaheadConfig
+from autolade.engine.compiled import BUCKETS, CompiledRunner, buckets_for
+from autolade.errors import ConfigError
+
+MIN_CAPACITY = 1024  # smallest static cache (tokens): one graph per bucket covers every prompt + answer below it
+
+
+class CompiledRunners:
+    """The compiled runners of live models (a model that is garbage collected takes its graphs with it)."""
+
+    def __init__(self) -> None:
+        self._runners: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, CompiledRunner]] = weakref.WeakKeyDictionary()
+
+    def get(self, model: torch.nn.Module, *, tokens: int, config: LookaheadConfig,
+            buckets: tuple[int, ...] = BUCKETS) -> CompiledRunner:
+        """The runner for a decode of ``tokens`` (prompt + new tokens) with ``config``."""
+        widths = buckets_for(config.packed_size(), buckets)
+        need = tokens + widths[-1] + 8  # the last step writes a whole bucket past the text
+        capacity = max(MIN_CAPACITY, 1 << (need - 1).bit_length())
+        key = (capacity, widths)
+        runners = self._runners.setdefault(model, {})
+        if key not in runners:
+            runners[key] = CompiledRunner(model, capacity=capacity, buckets=widths)
+        return runners[key]
+
+    def of(self, model: torch.nn.Module) -> list[CompiledRunner]:
+        return list(self._runners.get(model, {}).values())
+
+
+@functools.cache
+def default_runners() -> CompiledRunners:
+    """The process's compiled runners: generate() and bench share their graphs."""
+    return CompiledRunners()
+
+
+def check_compile(compile: Any, *, batched: bool = False) -> bool | None:
+    if compile is not None and not isinstance(compile, bool):
+        raise ConfigError(f"compile must be True, False or None (this machine's stored curves decide), got {compile!r}")
+    if compile and batched:
+        raise ConfigError("compile=True decodes one sequence at a time; decode a batch with compile=False (or None)")
+    return compile
+
+
+def compile_summary(runner: CompiledRunner, warm_before: float) -> dict[str, Any]:
+    """What ``res.stats.compiled`` says: the buckets, the capacity, the graphs so far and this call's warm-up."""
+    log = runner.log
+    return {"mode": runner.mode, "capacity": runner.capacity, "buckets": list(runner.buckets),
+            "graphs": log.compiles, "steps_per_bucket": dict(log.calls),
+            "warmup_s": round(log.warmup_total_s - warm_before, 3)}

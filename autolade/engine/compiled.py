@@ -1,0 +1,148 @@
+"""A compiled packed step: a few fixed widths (buckets) on a static KV cache, through ``torch.compile``.
+
+A step of k tokens runs at the smallest bucket >= k: rows k.. are padding (each sees only itself and is
+never kept), the mask spans the cache's whole capacity, the write position is a tensor. So a graph depends
+on (bucket, capacity) alone: a new prompt length or a new step size within a bucket never recompiles.
+On CUDA the mode is "reduce-overhead" (CUDA graphs: one launch for the step's ~2,000 kernels); on CPU the
+default inductor mode (fused C++ loops). The prefill stays eager: it runs once per prompt, at its own length.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch._dynamo.utils import counters
+
+from .attention import AttentionPlan
+from .decode import ModelRunner
+from .static_cache import StaticKVCache
+
+BUCKETS = (1, 8, 16, 32, 64)  # packed widths a step is padded to; a tree past the last gets the next power of two
+
+
+def bucket_of(k: int, buckets: tuple[int, ...]) -> int:
+    """The smallest bucket that holds ``k`` tokens."""
+    for b in buckets:
+        if b >= k:
+            return b
+    raise ValueError(f"a step of {k} tokens is wider than the largest bucket {buckets[-1]}")
+
+
+def buckets_for(packed_size: int, buckets: tuple[int, ...] = BUCKETS) -> tuple[int, ...]:
+    """``buckets``, plus the next power of two when a setting can pack more than the largest."""
+    top = max(buckets)
+    if packed_size <= top:
+        return tuple(sorted(buckets))
+    return tuple(sorted(buckets)) + (1 << (packed_size - 1).bit_length(),)
+
+
+@dataclass
+class CompileLog:
+    """What compiling cost: the first call per bucket (trace + codegen + run) and the graphs made."""
+
+    warmup_s: dict[int, float] = field(default_factory=dict)  # bucket -> seconds of its first call
+    calls: dict[int, int] = field(default_factory=dict)  # bucket -> compiled steps run
+    graphs: dict[int, int] = field(default_factory=dict)  # bucket -> calls during which dynamo compiled a frame
+
+    @property
+    def compiles(self) -> int:
+        """Graphs compiled so far: one per bucket used, if nothing recompiled."""
+        return sum(self.graphs.values())
+
+    @property
+    def warmup_total_s(self) -> float:
+        return sum(self.warmup_s.values())
+
+
+class CompiledRunner(ModelRunner):
+    """A ``ModelRunner`` whose non-prefill forwards run compiled at bucket widths on its own static cache.
+
+    One per (model, capacity): its graphs are reused by every decode that fits the capacity. ``mode``:
+    torch.compile's mode (default: "reduce-overhead" on CUDA, "default" elsewhere); ``backend`` likewise.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, capacity: int, buckets: tuple[int, ...] = BUCKETS,
+                 mode: str | None = None, backend: str = "inductor", attention: AttentionPlan | None = None) -> None:
+        super().__init__(model, attention=attention)
+        self.capacity = capacity
+        self.buckets = tuple(sorted(set(buckets)))
+        self.cache = StaticKVCache(num_layers=self.num_layers, capacity=capacity, device=self.device)
+        self.mode = mode or ("reduce-overhead" if self.device.type == "cuda" else "default")
+        self.log = CompileLog()
+        self._step = torch.compile(self._full_forward, dynamic=False, mode=self.mode, backend=backend)
+
+    def new_cache(self, capacity: int) -> StaticKVCache:
+        if capacity > self.capacity:
+            raise ValueError(f"this compiled runner holds {self.capacity} tokens; a decode needs {capacity}")
+        self.cache.eager()
+        self.cache.reset()
+        return self.cache
+
+    def _full_forward(self, ids: torch.Tensor, positions: torch.Tensor, mask) -> torch.Tensor:
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, logits_to_keep=0,
+                         **{self.cache_kw: self.cache.hf})
+        return out.logits  # [1, bucket, V]
+
+    def rows_forward(self, ids: torch.Tensor, positions: torch.Tensor, cache, *, mask=None,
+                     keep: torch.Tensor | int = 1, kind: str = "packed") -> torch.Tensor:
+        if kind == "prefill" or cache is not self.cache:
+            self.cache.eager()
+            return super().rows_forward(ids, positions, cache, mask=mask, keep=keep, kind=kind)
+        k = ids.shape[1]
+        width = bucket_of(k, self.buckets)
+        base = cache.length
+        pad = width - k
+        ids_p = torch.cat([ids, ids[:, -1:].expand(1, pad)], dim=1) if pad else ids  # [1, width]
+        pos_p = torch.cat([positions, positions[:, -1:].expand(1, pad)], dim=1) if pad else positions
+        full = self.static_mask(mask, base=base, positions=positions, width=width)
+        self.attention.use("packed")
+        cache.at(base, width)
+        first = width not in self.log.warmup_s
+        frames = counters["frames"]["ok"]
+        t0 = time.perf_counter()
+        with torch._dynamo.config.patch(recompile_limit=max(64, 2 * len(self.buckets))):
+            if self.mode == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()
+            logits = self._step(ids_p, pos_p, full)[:, :k]  # [1, k, V]
+        if first:
+            self.log.warmup_s[width] = time.perf_counter() - t0
+        self.log.calls[width] = self.log.calls.get(width, 0) + 1
+        if counters["frames"]["ok"] != frames:
+            self.log.graphs[width] = self.log.graphs.get(width, 0) + 1
+        cache.eager()
+        cache.advance(base + k)  # as an eager forward of k rows would leave it
+        if self.mode == "reduce-overhead":
+            logits = logits.clone()  # the graph's output buffer is overwritten by the next replay
+        if isinstance(keep, int):  # as logits_to_keep: the last ``keep`` rows, 0 = all
+            return logits if keep == 0 else logits[:, -keep:]
+        return logits[:, keep]
+
+    def static_mask(self, mask, *, base: int, positions: torch.Tensor, width: int):
+        """The step's mask over the whole capacity: [1, 1, width, capacity] (a dict per layer type with
+        sliding-window layers). ``mask`` is the eager step's [1, 1, k, base + k] (None: one causal token)."""
+        if mask is None:
+            mask = self.single_mask(positions, base)
+        if isinstance(mask, dict):
+            return {name: self._spread(m, base=base, width=width) for name, m in mask.items()}
+        return self._spread(mask, base=base, width=width)
+
+    def single_mask(self, positions: torch.Tensor, base: int):
+        """A one-token step's mask (what transformers builds for it): every earlier column, the sliding
+        window's last ones on sliding layers."""
+        full = torch.zeros((1, 1, 1, base + 1), dtype=self.dtype, device=self.device)
+        if self.sliding_window is None:
+            return full
+        sliding = full.clone()
+        q = int(positions[0, -1])
+        sliding[..., : max(q - self.sliding_window + 1, 0)] = torch.finfo(self.dtype).min
+        return self.per_layer_type(full, sliding)
+
+    def _spread(self, mask: torch.Tensor, *, base: int, width: int) -> torch.Tensor:
+        k, cols = mask.shape[-2], mask.shape[-1]  # cols = base + k
+        out = torch.full((1, 1, width, self.capacity), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        out[:, :, :k, :cols] = mask
+        pad = torch.arange(k, width, device=self.device)
+        out[0, 0, pad, base + pad] = 0  # a padding row sees itself only
+        return out
