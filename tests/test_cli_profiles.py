@@ -185,3 +185,26 @@ def test_list_and_import_in_a_read_only_home(monkeypatch):
     assert listed.exit_code == 0 and "smollm2-135m" in listed.output and "1.37x" in listed.output, listed.output
     assert imported.exit_code == 1 and "Traceback" not in imported.output, imported.output
     assert "read-only" in imported.output and "AUTOLADE_HOME" in imported.output
+
+
+def test_profile_compile_measures_and_stores_the_compiled_curve(home, tmp_path, one_thread):
+    """`profile --compile` times the compiled step at its buckets, stores that curve apart and says whether
+    generate() will compile here; `generate --compile/--no-compile` overrides it."""
+    import json
+
+    model_dir = tiny_model_dir(tmp_path / "tiny-llama")
+    result = run("profile", "--model", str(model_dir), "--quick", "--compile")
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "compiled step latency" in out and "saved the compiled step curve #2" in out
+    assert "compiled steps: on for generate()" in out or "compiled steps: off for generate()" in out
+    assert "k=1: " in out and "x eager" in out and "warm-up" in out
+    with ProfileStore() as store:
+        curves = [json.loads(r["curve"]) for r in store.db.query("select curve from curves order by id")]
+    assert [c["compiled"] for c in curves] == [False, True] and "64" in curves[1]["points"]["128"]
+    on = run("generate", "w3 w4 w5 w3 w4", "--model", str(model_dir), "-n", "6", "--compile", "--stats", "--no-memory")
+    assert on.exit_code == 0, on.output
+    assert "compiled steps (buckets" in on.output
+    off = run("generate", "w3 w4 w5 w3 w4", "--model", str(model_dir), "-n", "6", "--no-compile", "--stats", "--no-memory")
+    assert off.exit_code == 0 and "compiled steps" not in off.output
+    assert off.output.split("\n")[0] == on.output.split("\n")[0]  # the same text

@@ -58,3 +58,36 @@ def test_token_cost_is_the_mean_marginal_cost_of_a_packed_token():
     assert BF16_CPU.token_cost() > 10 * FLAT_GPU.token_cost()
     cheaper = StepCurve(points={64: {1: 20.0, 2: 15.0, 32: 18.0}})  # a one-token step dearer than 32 packed
     assert cheaper.token_cost() == 0.0
+
+
+# --- the compiled step's curve -------------------------------------------------------------
+
+COMPILED = StepCurve(points={300: {1: 20.0, 8: 30.0, 16: 40.0}}, compiled=True)
+
+
+def test_compiled_flag_round_trips_and_is_validated():
+    assert StepCurve.from_dict(COMPILED.to_dict()).compiled is True
+    assert StepCurve.from_dict(FP32_CPU.to_dict()).compiled is False
+    with pytest.raises(ProfileError, match="'compiled' must be bool"):
+        StepCurve.from_dict({**COMPILED.to_dict(), "compiled": "yes"})
+
+
+def test_as_run_prices_each_width_at_its_bucket():
+    from autolade.records.curve import as_run
+
+    run = as_run(COMPILED, ks=(1, 2, 4, 8, 12, 16, 32))
+    assert run.points[300] == {1: 20.0, 2: 30.0, 4: 30.0, 8: 30.0, 12: 40.0, 16: 40.0}  # no point past the widest bucket
+    assert run.cost(5) == 30.0  # a step function, not an interpolation between buckets
+    assert run.compiled is True
+
+
+def test_compile_pays_compares_each_width_at_its_bucket():
+    from autolade.records.curve import compile_pays
+
+    eager = StepCurve(points={300: {1: 50.0, 2: 52.0, 4: 55.0, 8: 60.0, 16: 70.0}})
+    assert compile_pays(eager, COMPILED)  # 20/50, 30/52, 30/55, 30/60, 40/70: well under 0.95
+    slow = StepCurve(points={300: {1: 60.0, 8: 80.0, 16: 90.0}}, compiled=True)
+    assert not compile_pays(eager, slow)
+    narrow = StepCurve(points={300: {1: 1.0, 8: 1.0}}, compiled=True)
+    assert not compile_pays(eager, narrow)  # it does not reach a 16-token step: not priced as paying
+    assert compile_pays(eager, narrow, ks=(1, 2, 4, 8))

@@ -158,11 +158,11 @@ def chi_square_p(samples: list[tuple[int, ...]], exact: dict[tuple[int, ...], fl
     return p, df
 
 
-def run_many(model, prompt, config: LookaheadConfig, verifier_cls, warps: dict, n: int = S):
+def run_many(model, prompt, config: LookaheadConfig, verifier_cls, warps: dict, n: int = S, runner=None):
     samples, steps, hit_steps, multi = [], 0, 0, 0
     for seed in range(n):
         verifier = verifier_cls(SamplingConfig(seed=seed, **warps))
-        out, log = lookahead_decode(model, prompt, config=config, max_new_tokens=K, verifier=verifier)
+        out, log = lookahead_decode(model, prompt, config=config, max_new_tokens=K, verifier=verifier, runner=runner)
         assert len(out) == K
         samples.append(tuple(out))
         steps += len(log.steps)
@@ -237,6 +237,22 @@ def test_distribution_matches_plain_sampling(peaky_pair, arch, name, config, war
     assert hit_fraction >= 0.3, "drafts must be accepted often, else the test proves little"
     assert multi >= 200, "nodes with several drafts must occur (the multi-candidate rule is under test)"
     assert p > ALPHA, f"{name}: lookahead sampling deviates from plain sampling (chi-square p={p:.2e}, df={df})"
+
+
+def test_distribution_matches_plain_sampling_compiled(peaky_pair):
+    """The same test through the compiled step (static cache, one 64-wide bucket; engine/compiled.py)."""
+    from autolade.engine.compiled import CompiledRunner
+
+    model, prompt = peaky_pair("llama")
+    name, config, warps = SETTINGS[3]  # W4N4G4 + lookup, warped
+    runner = CompiledRunner(model, capacity=256, buckets=(64,))
+    exact = exact_joint(model, prompt, K, tau=1.0 / S, warps=warps)
+    samples, hit_fraction, multi = run_many(model, prompt, config, CountingVerifier, warps, runner=runner)
+    p, df = chi_square_p(samples, exact)
+    print(f"compiled {name}: chi-square p={p:.4f} df={df}, steps with accepted drafts {hit_fraction:.2f}")
+    assert runner.log.compiles == 1 and runner.log.calls[64] >= S  # every sample's steps ran compiled
+    assert hit_fraction >= 0.3 and multi >= 200
+    assert p > ALPHA, f"compiled {name}: deviates from plain sampling (chi-square p={p:.2e}, df={df})"
 
 
 BROKEN = [

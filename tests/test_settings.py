@@ -79,13 +79,13 @@ def test_no_profile_falls_back_to_the_builtin_default_and_says_so(llama):
     assert config == CPU_DEFAULT and policy is None and source.startswith("default (built-in")
 
 
-def _save_curve(model, points):
+def _save_curve(model, points, *, compiled: bool = False):
     from autolade.records.curve import StepCurve
 
     hw = probe_hardware(device="cpu", measure=False)
     fp = model_fingerprint(model)
     with ProfileStore() as store:
-        store.save_curve(StepCurve(points=points), hardware_fingerprint=hw.fingerprint, hardware_class=hw.hardware_class,
+        store.save_curve(StepCurve(points=points, compiled=compiled), hardware_fingerprint=hw.fingerprint, hardware_class=hw.hardware_class,
                          hardware_summary="test", model_fingerprint=fp, dtype=fp["dtype"])
 
 
@@ -105,6 +105,17 @@ def test_a_stored_curve_where_two_tokens_cost_less_than_one_pads_lone_steps(llam
     assert not stored_pads_single(llama)
     _save_curve(llama, {128: {1: 224.4, 2: 196.3, 4: 213.6, 8: 233.5, 16: 306.9}})  # the 1.5B Qwen, bf16, this EPYC
     assert stored_pads_single(llama)
+
+
+def test_compile_is_chosen_by_the_stored_curves(llama):
+    from autolade.runtime.settings import stored_compile
+
+    assert not stored_compile(llama)  # nothing measured: eager
+    _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4, 16: 33.6}})
+    _save_curve(llama, {256: {1: 24.0, 8: 31.0, 16: 34.0}}, compiled=True)
+    assert not stored_compile(llama)  # compiled, but no cheaper: eager
+    _save_curve(llama, {256: {1: 8.0, 8: 10.0, 16: 12.0}}, compiled=True)
+    assert stored_compile(llama)
 
 
 def test_a_smooth_cpu_curve_without_a_table_gives_the_builtin_default(llama):
@@ -183,11 +194,11 @@ def test_generate_resolves_once_and_sees_a_profile_saved_since(llama, tmp_path):
     ids = repetitive_prompt()
     before = default_resolver().cache_info()
     # memory off: a remembered answer would also read the step curve (one more cache hit) to price its drafts;
-    # each call reads it once (a hit) to decide whether lone steps are padded (pad_single)
+    # each call reads it once (a hit) to decide whether lone steps are padded (pad_single), once whether to compile
     first = generate(llama, ids, max_new_tokens=4, workload="code", memory=False)
     second = generate(llama, ids, max_new_tokens=4, workload="code", memory=False)
     after = default_resolver().cache_info()
-    assert (after.misses - before.misses, after.hits - before.hits) == (1, 3)
+    assert (after.misses - before.misses, after.hits - before.hits) == (1, 5)
     assert first.stats.settings_source == second.stats.settings_source and "built-in" in first.stats.settings_source
     assert not (tmp_path / "home" / "autolade.db").exists()  # reading settings creates no store
     pid = save_profile(llama, "code", CODE, None)

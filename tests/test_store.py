@@ -118,6 +118,20 @@ def test_curves():
         store.save_curve(CURVE, hardware_fingerprint=HW)
 
 
+def test_compiled_curves_are_kept_apart():
+    store = ProfileStore(":memory:")
+    fp = {"name": "smollm2-135m", "config_hash": "0123456789ab", "dtype": "bfloat16"}
+    eager = StepCurve(points={128: {1: 30.0, 2: 31.0}}, dtype="bfloat16")
+    compiled = StepCurve(points={128: {1: 10.0, 8: 12.0}}, dtype="bfloat16", compiled=True)
+    store.save_curve(eager, hardware_fingerprint=HW, model_fingerprint=fp, dtype="bfloat16")
+    assert store.latest_curve(hardware_fingerprint=HW, model_fingerprint=fp, dtype="bfloat16", compiled=True) is None
+    store.save_curve(compiled, hardware_fingerprint=HW, model_fingerprint=fp, dtype="bfloat16")
+    # the newer compiled curve does not displace the eager one, and is found when asked for
+    assert store.latest_curve(hardware_fingerprint=HW, model_fingerprint=fp, dtype="bfloat16").points == eager.points
+    got = store.latest_curve(hardware_fingerprint=HW, model_fingerprint=fp, dtype="bfloat16", compiled=True)
+    assert got.points == compiled.points and got.compiled
+
+
 # --- find_profile ------------------------------------------------------------------------
 
 

@@ -1,0 +1,73 @@
+"""generate(compile=...): compiled runners kept per model, the choice from the stored curves, exactness."""
+
+import pytest
+import torch
+from tiny import hf_greedy, repetitive_prompt, tiny_llama
+
+from autolade.api import generate
+from autolade.compiling import MIN_CAPACITY, CompiledRunners, check_compile
+from autolade.config import LookaheadConfig
+from autolade.errors import ConfigError
+
+GREEDY = LookaheadConfig(window=0, guesses=0, prompt_lookup=0)  # one-token steps: a single graph (bucket 1)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_llama(seed=5)
+
+
+def test_runners_are_kept_per_model_and_capacity_class(llama):
+    runners = CompiledRunners()
+    wide = LookaheadConfig(window=4, ngram=4, guesses=4)  # packs 45: buckets up to 64
+    a = runners.get(llama, tokens=40 + 100, config=wide)
+    assert runners.get(llama, tokens=300 + 100, config=wide) is a  # another prompt length: the same graphs
+    assert a.capacity == MIN_CAPACITY and a.buckets[-1] == 64
+    big = runners.get(llama, tokens=1500, config=wide)
+    assert big is not a and big.capacity == 2048
+    assert runners.get(llama, tokens=100, config=LookaheadConfig(window=7, ngram=5, guesses=7)).buckets[-1] == 128
+    assert len(runners.of(llama)) == 3 and runners.of(tiny_llama()) == []
+
+
+def test_check_compile():
+    assert check_compile(None) is None and check_compile(True) is True
+    with pytest.raises(ConfigError, match="compile must be True, False or None"):
+        check_compile("yes")
+    with pytest.raises(ConfigError, match="one sequence at a time"):
+        check_compile(True, batched=True)
+
+
+def test_generate_compiled_matches_hf_and_reports_the_warm_up_once(llama):
+    ids = repetitive_prompt(seed=2)
+    ref = hf_greedy(llama, ids, 24)
+    first = generate(llama, ids, max_new_tokens=24, config=GREEDY, memory=False, pad_single=False, compile=True)
+    again = generate(llama, repetitive_prompt(seed=4, length=33), max_new_tokens=24, config=GREEDY, memory=False,
+                     pad_single=False, compile=True)
+    eager = generate(llama, ids, max_new_tokens=24, config=GREEDY, memory=False, pad_single=False, compile=False)
+    assert first.sequences[0, ids.shape[1]:].tolist() == ref == eager.sequences[0, ids.shape[1]:].tolist()
+    c1, c2 = first.stats.compiled, again.stats.compiled
+    assert c1["buckets"][0] == 1 and c1["steps_per_bucket"] == {1: 23} and c1["graphs"] == 1
+    assert c1["warmup_s"] > 0 and c2["warmup_s"] == 0 and c2["graphs"] == 1  # paid once, no recompile
+    assert "compiled steps" in first.stats.summary() and eager.stats.compiled is None
+
+
+def test_generate_follows_the_stored_curves_unless_told(llama):
+    from test_settings import _save_curve
+
+    ids = repetitive_prompt(seed=2)
+    assert generate(llama, ids, max_new_tokens=6, config=GREEDY, memory=False, pad_single=False).stats.compiled is None
+    _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4, 16: 33.6}})
+    _save_curve(llama, {256: {1: 8.0, 8: 10.0, 16: 12.0}}, compiled=True)
+    chosen = generate(llama, ids, max_new_tokens=6, config=GREEDY, memory=False, pad_single=False)
+    assert chosen.stats.compiled is not None
+    told = generate(llama, ids, max_new_tokens=6, config=GREEDY, memory=False, pad_single=False, compile=False)
+    assert told.stats.compiled is None
+    assert chosen.sequences.tolist() == told.sequences.tolist()
+
+
+def test_a_batch_cannot_compile(llama):
+    ids = torch.cat([repetitive_prompt(seed=1), repetitive_prompt(seed=2)])
+    with pytest.raises(ConfigError, match="one sequence at a time"):
+        generate(llama, ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, compile=True)
+    with pytest.raises(ConfigError, match="compile must be"):
+        generate(llama, ids[:1], max_new_tokens=4, compile=1)
