@@ -313,6 +313,25 @@ def test_a_padded_method_packs_two_tokens_at_least_and_round_trips(model):
                       max_new_tokens=2)
 
 
+def test_hf_static_baseline_and_a_compiled_method_are_exact_and_round_trip(model):
+    """HF greedy on a StaticCache with its compiled forward, and autolade compiled, next to HF greedy."""
+    rep = run_benchmark(model=model, prompts=[repetitive_prompt()], max_new_tokens=12, warmup=0, baselines=("greedy", "static"),
+                        configs={"compiled": {"config": LookaheadConfig(window=0, guesses=0, prompt_lookup=0), "compile": True,
+                                              "pad": False}})
+    runs = {r.method: r for r in rep.runs}
+    assert runs["hf-static"].exact and runs["compiled"].exact and runs["compiled"].new_tokens == 12
+    assert [m.kind for m in rep.methods] == ["hf-greedy", "hf-static", "autolade"]
+    from autolade.bench.command import split_compile
+    from autolade.bench.report import BenchReport
+
+    back = BenchReport.from_dict(json.loads(json.dumps(rep.to_dict())))
+    assert [m.compile for m in back.methods] == [None, None, True]
+    assert split_compile("4,4,4,10,compile=1") == ("4,4,4,10", True) and split_compile("4,4,4") == ("4,4,4", None)
+    with pytest.raises(ConfigError, match="compile must be True, False or None"):
+        run_benchmark(model=model, prompts=[repetitive_prompt()], configs={"x": {"config": CONFIGS["al lookup"], "compile": 1}},
+                      max_new_tokens=2)
+
+
 def test_time_budget_and_checkpoints(model):
     """max_seconds stops before the next prompt; on_prompt sees a complete report after each one."""
     partial: list = []

@@ -20,7 +20,8 @@ def test_sizes_full_on_gpu_toy_with_quick():
     assert max(full.curve_ks) == 256 and set(full.dtypes) == {"float32", "bfloat16"}
     assert set(full.models) == {"smollm2-135m", "gemma3-270m"}
     assert {name for name, _ in full.methods} == {"window", "pool", "lookup", "adaptive"}
-    assert sum(full.budget_s.values()) < 8 * 60  # the device check fits its 8 minutes
+    assert sum(full.budget_s.values()) < 8 * 60  # the device check fits its 8 minutes (model loads: gpu_check.sh's 560 s)
+    assert full.compiled_models == ("smollm2-135m", "qwen2.5-coder-1.5b") and full.budget_s["compiled"] >= 180
     assert full.bench_repeats == 2  # the fastest of two: a first CUDA run pays cuDNN's per-shape plan building
     quick = sizes_for("cpu", quick=True)
     assert max(quick.curve_ks) == 32 and quick.prompts == 1 and quick.max_new_tokens == 16 and quick.bench_repeats == 1
@@ -62,6 +63,9 @@ class CurveFails(DeviceCheck):
         assert json.loads(self.path.read_text())["sections"]["curve"]["status"] == "failed"  # written as it goes
         record["files"] = []
 
+    def _compiled(self, record, deadline):
+        record["models"] = {}
+
 
 def test_a_failing_section_is_recorded_and_the_rest_still_run(tmp_path):
     lines = []
@@ -69,7 +73,8 @@ def test_a_failing_section_is_recorded_and_the_rest_still_run(tmp_path):
     saved = json.loads((tmp_path / "o" / "gpu_check.json").read_text())
     assert saved["format"] == FORMAT and saved == json.loads(json.dumps(result, default=str))
     statuses = {name: s["status"] for name, s in saved["sections"].items()}
-    assert statuses == {"environment": "ok", "exactness": "ok", "curve": "failed", "settings": "ok", "bench": "ok"}
+    assert statuses == {"environment": "ok", "exactness": "ok", "curve": "failed", "settings": "ok", "bench": "ok",
+                        "compiled": "ok"}
     assert saved["sections"]["curve"]["error"] == "RuntimeError: CUDA error: out of memory"
     assert saved["sections"]["settings"]["predicted"] is None
     assert saved["ok"] is False and saved["exact"] is True
@@ -102,3 +107,12 @@ def test_gpu_check_runs_on_cpu(tmp_path):
     assert (out / "curve.png").read_bytes()[:4] == b"\x89PNG"
     assert sections["settings"]["status"] == "ok"
     assert sections["bench"]["status"] in ("ok", "partial") and sections["bench"]["summaries"]
+    compiled = sections["compiled"]
+    assert compiled["status"] in ("ok", "partial"), compiled
+    smol = compiled["models"]["smollm2-135m"]
+    assert smol["all_exact"] and smol["exactness"][0]["exact"] and smol["graphs"] == 1 and smol["buckets"] == [16]
+    if "curve" in smol:  # the section's time box may stop it before the curve on a slow machine: said in "skipped"
+        assert smol["curve"]["compiled"]["compiled"] is True and set(smol["compiled_over_eager"]) == {"16"}
+        assert smol["weights_read_ms"]["weight_bytes"] > 100e6
+    else:
+        assert compiled["skipped"]

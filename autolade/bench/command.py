@@ -26,6 +26,12 @@ def split_pad(spec: str) -> tuple[str, bool | None]:
     return rest, flags.get("pad")
 
 
+def split_compile(spec: str) -> tuple[str, bool | None]:
+    """(the method spec without its ``compile=`` item, ``generate(compile=)``: True / False, None when not given)."""
+    rest, flags = _split_flags(spec, ("compile",))
+    return rest, flags.get("compile")
+
+
 def split_pairs(spec: str) -> tuple[str, bool]:
     """(the method spec without its ``pairs=`` item, whether recycling keeps rows per (previous, token) pair)."""
     rest, flags = _split_flags(spec, ("pairs",))
@@ -77,18 +83,19 @@ def bench_main(
         spec, carry = split_carry(spec)
         spec, pad = split_pad(spec)
         spec, pairs = split_pairs(spec)
-        parsed.append((*parse_method(spec, also=("carry", "pad", "pairs")), carry, pad, pairs))
+        spec, compiled = split_compile(spec)
+        parsed.append((*parse_method(spec, also=("carry", "pad", "pairs", "compile")), carry, pad, pairs, compiled))
     if not configs and not profiles:
-        parsed = [(c, None, False, None, True) for c in default_configs().values()]
+        parsed = [(c, None, False, None, True, None) for c in default_configs().values()]
     named: dict[str, Any] = {}
-    for c, pol, carry, pad, pairs in parsed:
+    for c, pol, carry, pad, pairs, compiled in parsed:
         base = (config_label(c, pol) + (" carried" if carry else "") + {None: "", True: " padded", False: " unpadded"}[pad]
-                + ("" if pairs else " unpaired"))
+                + ("" if pairs else " unpaired") + {None: "", True: " compiled", False: " eager"}[compiled])
         label, n = base, 2
         while label in named:
             label, n = f"{base}#{n}", n + 1
-        named[label] = ({"config": c, "policy": pol, "carry": carry, "pad": pad, "pairs": pairs}
-                        if carry or pad is not None or not pairs else c if pol is None else (c, pol))
+        named[label] = ({"config": c, "policy": pol, "carry": carry, "pad": pad, "pairs": pairs, "compile": compiled}
+                        if carry or pad is not None or not pairs or compiled is not None else c if pol is None else (c, pol))
     prompt_sets = load_sets(sets.split(","), limit=prompts, heldout=heldout)
     lm, tok = load(model, dtype=dtype, device=device)
     say = progress or (lambda _msg: None)

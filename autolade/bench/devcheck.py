@@ -16,6 +16,8 @@ run killed from outside leaves what it had.
    would pick with no settings.
 5. ``bench``: HF greedy, HF prompt lookup and autolade side by side on chat and code
    (``bench.json`` / ``bench.png``, the ``autolade bench`` format).
+6. ``compiled``: the compiled step (``devcheck_compiled``): exactness, its curve next to the eager one,
+   and HF eager / HF static-cache compiled / autolade eager / autolade compiled on SmolLM2 and a 1.5B.
 
 ``--device cpu --quick`` runs the same code at toy sizes, so CI keeps it working.
 """
@@ -59,8 +61,16 @@ class CheckSizes:
     bench_tokens: int = 128  # per bench run
     bench_repeats: int = 2  # timed runs per prompt and method, fastest kept: on CUDA the first run through
     # new shapes pays cuDNN's attention-plan building (H200, 2026-12-04: up to 3x, every method alike)
+    compiled_models: tuple[str, ...] = ("smollm2-135m", "qwen2.5-coder-1.5b")  # the compiled section's models
+    compiled_dtype: str = "bfloat16"
+    compiled_spec: str = "4,4,4,10"  # the lookahead setting run eager and compiled
+    compiled_buckets: tuple[int, ...] | None = None  # None: engine.compiled.BUCKETS
+    compiled_capacity: int = 1024  # the static cache's tokens
+    compiled_prompts: int = 2  # MT-Bench held-out prompts per model (exactness and bench)
+    compiled_tokens: int = 128
     budget_s: dict[str, float] = field(  # time box per section
-        default_factory=lambda: {"environment": 20, "exactness": 170, "curve": 60, "settings": 20, "bench": 150}
+        default_factory=lambda: {"environment": 20, "exactness": 100, "curve": 40, "settings": 20, "bench": 80,
+                                 "compiled": 200}
     )
 
 
@@ -73,7 +83,9 @@ def sizes_for(device_type: str, *, quick: bool) -> CheckSizes:
         methods=(("window", "4,4,0,0"), ("pool", "4,4,4,0"), ("lookup", "0,4,0,10"), ("adaptive", "4,4,4,10,policy=adaptive")),
         curve_ks=(1, 2, 4, 8, 16, 32), curve_contexts=(64,), curve_repeats=2,
         bench_prompts=1, bench_tokens=16, bench_repeats=1,
-        budget_s={"environment": 20, "exactness": 240, "curve": 60, "settings": 20, "bench": 120},
+        compiled_models=("smollm2-135m",), compiled_dtype="float32", compiled_spec="0,4,0,10", compiled_buckets=(16,),
+        compiled_capacity=256, compiled_prompts=1, compiled_tokens=16,
+        budget_s={"environment": 20, "exactness": 240, "curve": 60, "settings": 20, "bench": 120, "compiled": 300},
     )  # fmt: skip
 
 
@@ -109,7 +121,7 @@ class DeviceCheck:
 
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
-        for name in ("environment", "exactness", "curve", "settings", "bench"):
+        for name in ("environment", "exactness", "curve", "settings", "bench", "compiled"):
             self.section(name, getattr(self, f"_{name}"))
         self.result["total_s"] = round(time.monotonic() - started, 1)
         self.result["ok"] = all(s["status"] == "ok" for s in self.result["sections"].values())
@@ -261,6 +273,11 @@ class DeviceCheck:
             row["predicted"] = {"setting": setting_label(chosen.setting.config, pol), "speedup": chosen.speedup,
                                 "tokens_per_step": chosen.tokens_per_step, "packed_per_step": chosen.packed_per_step}
             row["top"] = [{"setting": p.setting.label, "speedup": p.speedup} for p in ranking[:5]]
+
+    def _compiled(self, record: dict[str, Any], deadline: float) -> None:
+        from autolade.bench.devcheck_compiled import compiled_section
+
+        compiled_section(self, record, deadline)
 
     def _bench(self, record: dict[str, Any], deadline: float) -> None:
         from autolade.bench.render import write_report

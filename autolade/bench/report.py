@@ -25,7 +25,8 @@ from autolade.tuning.harness import PLD_TOKENS
 
 HF_GREEDY = "hf-greedy"
 HF_PLD = "hf-pld"
-BASELINES = {"greedy": HF_GREEDY, "pld": HF_PLD}
+HF_STATIC = "hf-static"  # HF greedy on a fixed-size StaticCache with its compiled forward (what a GPU user compiles)
+BASELINES = {"greedy": HF_GREEDY, "pld": HF_PLD, "static": HF_STATIC}
 FORMAT = "autolade-bench/1"
 
 
@@ -34,7 +35,7 @@ class Method:
     """One thing to time: an HF baseline or an autolade config (with an optional policy factory)."""
 
     name: str
-    kind: str  # "hf-greedy", "hf-pld" or "autolade"
+    kind: str  # "hf-greedy", "hf-pld", "hf-static" or "autolade"
     config: LookaheadConfig | None = None
     # A policy name / preset / dict (autolade.runtime.policies.make_policy builds a fresh one per run), or a
     # factory called once per run: factory(config) or factory() -> Policy. None = static.
@@ -48,6 +49,9 @@ class Method:
     # autolade, recycling: the table also keeps rows per (previous token, token) (True), or per token only
     # (False: the recycling of before 2026-12-05, for side-by-side runs)
     pairs: bool = True
+    # autolade: generate(compile=): compiled steps at fixed widths on a static cache (True), eager (False), or
+    # as this machine's stored curves say (None)
+    compile: bool | None = None
 
     def spec(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind}
@@ -65,6 +69,8 @@ class Method:
             out["pad"] = self.pad
         if not self.pairs:
             out["pairs"] = False
+        if self.compile is not None:
+            out["compile"] = self.compile
         return out
 
     def new_table(self) -> NextTokenTable:
@@ -194,7 +200,7 @@ class BenchReport:
             raise WorkloadError("not an autolade benchmark JSON (format autolade-bench/1)")
         methods = [
             Method(m["name"], m["kind"], LookaheadConfig.from_dict(m["config"]) if m.get("config") else None, m.get("policy"),
-                   bool(m.get("carry", False)), m.get("pad"), bool(m.get("pairs", True)))
+                   bool(m.get("carry", False)), m.get("pad"), bool(m.get("pairs", True)), m.get("compile"))
             for m in data["methods"]
         ]
         summary_fields = {f for f in Summary.__dataclass_fields__}

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from autolade.bench.report import BASELINES, HF_GREEDY, HF_PLD, BenchReport, Method, Run, summarise
+from autolade.bench.report import BASELINES, HF_GREEDY, HF_PLD, HF_STATIC, BenchReport, Method, Run, summarise
 from autolade.config import LookaheadConfig, parse_config
 from autolade.engine.recycle import NextTokenTable
 from autolade.errors import ConfigError, InputError, WorkloadError
@@ -43,6 +43,7 @@ from autolade.tuning.harness import (
     run_autolade,
     run_greedy,
     run_pld,
+    run_static,
     setting_label,
 )
 from autolade.workloads import (
@@ -95,13 +96,15 @@ def _methods(configs: Mapping[str, Any], baselines: Sequence[str]) -> list[Metho
         elif isinstance(value, LookaheadConfig):
             method = Method(str(name), "autolade", value)
         elif isinstance(value, Mapping) and isinstance(value.get("config"), LookaheadConfig):
-            pad, pairs = value.get("pad"), value.get("pairs", True)
-            if pad is not None and not isinstance(pad, bool):
-                raise ConfigError(f"config {name!r}: pad must be True, False or None (the stored curve decides), got {pad!r}")
+            pad, pairs, compiled = value.get("pad"), value.get("pairs", True), value.get("compile")
+            for key, flag in (("pad", pad), ("compile", compiled)):
+                if flag is not None and not isinstance(flag, bool):
+                    raise ConfigError(f"config {name!r}: {key} must be True, False or None (the stored curves decide), "
+                                      f"got {flag!r}")
             if not isinstance(pairs, bool):
                 raise ConfigError(f"config {name!r}: pairs must be True or False, got {pairs!r}")
             method = Method(str(name), "autolade", value["config"], value.get("policy"), bool(value.get("carry", False)), pad,
-                            pairs)
+                            pairs, compiled)
             if method.carry and not method.config.recycle:
                 raise ConfigError(f"config {name!r}: carry keeps the token recycling table; it needs recycle > 0")
             if not method.pairs and not method.config.recycle:
@@ -356,8 +359,9 @@ def _run_method(model: torch.nn.Module, method: Method, ids: torch.Tensor, max_n
     ``recycled``: the token recycling table a carrying method drafts from (and teaches)."""
     if method.kind == "autolade":
         return run_autolade(model, ids, max_new_tokens=max_new_tokens, config=method.config,
-                            policy=method.make_policy(cost), recycled=recycled, pad_single=method.pad)
-    run = run_pld if method.kind == HF_PLD else run_greedy
+                            policy=method.make_policy(cost), recycled=recycled, pad_single=method.pad,
+                            compile=method.compile)
+    run = {HF_PLD: run_pld, HF_STATIC: run_static}.get(method.kind, run_greedy)
     return run(model, ids, max_new_tokens=max_new_tokens, count_steps=True)
 
 

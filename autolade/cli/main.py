@@ -135,12 +135,13 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
               help="autolade setting to time (repeatable), e.g. 0,0,0,0 (greedy through the loop), 0,4,0,10 (prompt lookup only), 4,4,4,10,drafts=1, "
                    "2,3,2,0,recycle=16,carry=1 (the token recycling table kept from prompt to prompt, as generate() keeps it with the memory on), "
                    "0,4,0,16,pad=1 (steps with nothing to draft pack a filler draft; pad=0 never; absent: as the stored step curve says), "
+                   "4,4,4,10,compile=1 (compiled steps at fixed widths on a static cache; compile=0 eager; absent: as the stored curves say), "
                    "2,3,2,0,recycle=16,pairs=0 (the recycling table keeps rows per token only, not per (previous, token) pair); "
                    "default: a small built-in set")
 @click.option("--profile", "profiles", multiple=True, metavar="WORKLOAD",
               help="also time the stored profile for this workload (repeatable), e.g. --profile code --profile chat")
 @click.option("--heldout", is_flag=True, help="only the prompts `autolade tune` holds out (never tuned on)")
-@click.option("--baselines", default="greedy,pld", show_default=True, help="HF methods: greedy (required, the reference), pld")
+@click.option("--baselines", default="greedy,pld", show_default=True, help="HF methods: greedy (required, the reference), pld, static (a StaticCache + compiled forward)")
 @click.option("--warmup", type=int, default=1, show_default=True, help="untimed runs of every method on the first prompt")
 @click.option("--repeats", "-r", type=int, default=1, show_default=True, help="timed runs per prompt and method; the fastest is kept")
 @click.option("--max-minutes", type=float, default=None, help="start no new prompt after this many minutes (report what ran)")
