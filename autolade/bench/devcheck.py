@@ -83,7 +83,7 @@ def sizes_for(device_type: str, *, quick: bool) -> CheckSizes:
         methods=(("window", "4,4,0,0"), ("pool", "4,4,4,0"), ("lookup", "0,4,0,10"), ("adaptive", "4,4,4,10,policy=adaptive")),
         curve_ks=(1, 2, 4, 8, 16, 32), curve_contexts=(64,), curve_repeats=2,
         bench_prompts=1, bench_tokens=16, bench_repeats=1,
-        compiled_models=("smollm2-135m",), compiled_dtype="float32", compiled_spec="0,4,0,10", compiled_buckets=(16,),
+        compiled_models=("smollm2-135m",), compiled_dtype="float32", compiled_spec="0,4,0,10", compiled_buckets=(32,),
         compiled_capacity=256, compiled_prompts=1, compiled_tokens=16,
         budget_s={"environment": 20, "exactness": 240, "curve": 60, "settings": 20, "bench": 120, "compiled": 300},
     )  # fmt: skip
