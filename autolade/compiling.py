@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from autolade.config import LookaheadConfig
-from autolade.engine.compiled import BUCKETS, CompiledRunner, buckets_for
+from autolade.engine.compiled import BUCKETS, MIN_CAPACITY, CompiledRunner, buckets_for, static_capacity
 from autolade.errors import ConfigError
 
-MIN_CAPACITY = 1024  # smallest static cache (tokens): one graph per bucket covers every prompt + answer below it
+__all__ = ["MIN_CAPACITY", "CompiledRunners", "check_compile", "compile_summary", "default_runners"]
 
 
 class CompiledRunners:
@@ -30,8 +30,7 @@ class CompiledRunners:
             buckets: tuple[int, ...] = BUCKETS) -> CompiledRunner:
         """The runner for a decode of ``tokens`` (prompt + new tokens) with ``config``."""
         widths = buckets_for(config.packed_size(), buckets)
-        need = tokens + widths[-1] + 8  # the last step writes a whole bucket past the text
-        capacity = max(MIN_CAPACITY, 1 << (need - 1).bit_length())
+        capacity = static_capacity(tokens + widths[-1] + 8)  # the last step writes a whole bucket past the text
         key = (capacity, widths)
         runners = self._runners.setdefault(model, {})
         if key not in runners:

@@ -22,6 +22,15 @@ from .static_cache import StaticKVCache
 BUCKETS = (1, 8, 16, 32, 64)  # packed widths a step is padded to; a tree past the last gets the next power of two
 
 
+MIN_CAPACITY = 1024  # smallest static cache (tokens): one graph per bucket covers every prompt + answer below it
+
+
+def static_capacity(tokens: int, minimum: int = MIN_CAPACITY) -> int:
+    """A static cache's capacity for ``tokens``: a power of two, at least ``minimum``, so that decodes of many
+    lengths share a few capacities (and so a few graphs)."""
+    return max(minimum, 1 << (tokens - 1).bit_length())
+
+
 def bucket_of(k: int, buckets: tuple[int, ...]) -> int:
     """The smallest bucket that holds ``k`` tokens."""
     for b in buckets:

@@ -113,12 +113,12 @@ def measure_compiled_curve(
     import torch
 
     from autolade.engine.clock import DeviceClock
-    from autolade.engine.compiled import BUCKETS, CompiledRunner
+    from autolade.engine.compiled import BUCKETS, CompiledRunner, static_capacity
 
     param = next(model.parameters())
     device = param.device
     widths = _checked_ks(model, buckets or BUCKETS, contexts, repeats=repeats, warmup=warmup, device_type=device.type)
-    capacity = max(1024, 1 << (max(contexts) + widths[-1] - 1).bit_length())
+    capacity = static_capacity(max(contexts) + widths[-1])
     runner = CompiledRunner(model, capacity=capacity, buckets=tuple(widths))
     clock = clock or DeviceClock(device)
     vocab = int(model.config.vocab_size)

@@ -153,8 +153,9 @@ def run_static(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int
     first call per model compiles: a benchmark's warm-up run pays it."""
     from transformers import CompileConfig, StaticCache
 
-    need = int(ids.shape[1]) + max_new_tokens
-    capacity = max(capacity, 1 << (need - 1).bit_length())
+    from autolade.engine.compiled import static_capacity
+
+    capacity = static_capacity(int(ids.shape[1]) + max_new_tokens, minimum=capacity)
     config = CompileConfig()
     config._compile_all_devices = True  # transformers compiles on CUDA only unless told
     cache = StaticCache(config=model.config, max_cache_len=capacity)
