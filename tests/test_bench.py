@@ -332,6 +332,34 @@ def test_hf_static_baseline_and_a_compiled_method_are_exact_and_round_trip(model
                       max_new_tokens=2)
 
 
+def test_hf_assisted_baseline_is_exact_counts_the_models_forwards_and_round_trips(model):
+    """HF assisted generation, greedy, drafted by another model of the same vocabulary (here a second
+    random tiny Llama: it drafts badly, so the check is exactness and that drafting happened)."""
+    draft = tiny_llama(seed=5)
+    rep = run_benchmark(model=model, prompts=[repetitive_prompt()], max_new_tokens=12, warmup=0,
+                        baselines=("greedy", "assisted"), configs={}, assistant=draft, assistant_name="tiny-draft")
+    runs = {r.method: r for r in rep.runs}
+    assert runs["hf-assisted"].exact and runs["hf-assisted"].new_tokens == 12
+    assert runs["hf-assisted"].packed_per_step > 1  # the model verified drafted tokens, several a forward
+    from autolade.bench.report import BenchReport
+
+    spec = rep.to_dict()["methods"][1]
+    assert spec == {"name": "hf-assisted", "kind": "hf-assisted", "assistant_model": "tiny-draft"}
+    back = BenchReport.from_dict(json.loads(json.dumps(rep.to_dict())))
+    assert back.methods[1].assistant_name == "tiny-draft" and back.methods[1].assistant is None
+    with pytest.raises(ConfigError, match="needs a draft model"):
+        run_benchmark(model=model, prompts=[repetitive_prompt()], max_new_tokens=2, baselines=("greedy", "assisted"))
+
+
+def test_the_assisted_draft_comes_from_the_registry_or_the_flag():
+    from autolade.bench.command import assisted_draft
+
+    assert assisted_draft("qwen2.5-coder-1.5b", None) == "qwen2.5-coder-0.5b"
+    assert assisted_draft("smollm2-135m", "some/dir") == "some/dir"
+    with pytest.raises(ConfigError, match=r"pass --draft MODEL .*qwen2.5-coder-1.5b"):
+        assisted_draft("smollm2-135m", None)
+
+
 def test_time_budget_and_checkpoints(model):
     """max_seconds stops before the next prompt; on_prompt sees a complete report after each one."""
     partial: list = []

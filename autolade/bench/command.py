@@ -49,6 +49,33 @@ def _split_flags(spec: str, names: Sequence[str]) -> tuple[str, dict[str, bool]]
     return ",".join(kept), flags
 
 
+def assisted_draft(model: str, draft: str | None) -> str:
+    """The draft model of the ``assisted`` baseline: ``draft``, else the registry's sibling of ``model``."""
+    from autolade.machine.registry import MODELS
+
+    if draft:
+        return draft
+    spec = MODELS.get(model)
+    if spec is None or spec.draft is None:
+        with_draft = ", ".join(n for n, s in MODELS.items() if s.draft) or "none"
+        raise ConfigError(f"the 'assisted' baseline needs a draft model for {model!r}: pass --draft MODEL (a smaller "
+                          f"model with the same tokenizer); registry models with one by default: {with_draft}")
+    return spec.draft
+
+
+def load_draft(model: Any, tokenizer: Any, draft: str, *, dtype: str, device: str | None) -> Any:
+    """Load ``draft`` for assisted generation; refuse one whose tokenizer is not the model's (HF would
+    need its universal assisted path, a different baseline)."""
+    from autolade.machine.models import load
+    from autolade.records.vocab import model_tokenizer_fingerprint
+
+    lm, tok = load(draft, dtype=dtype, device=device)
+    if model_tokenizer_fingerprint(lm, tok) != model_tokenizer_fingerprint(model, tokenizer):
+        raise ConfigError(f"draft model {draft!r} has another tokenizer than the benchmarked model; assisted "
+                          f"generation needs the same vocabulary: pick a smaller model of the same family")
+    return lm
+
+
 def bench_main(
     *,
     model: str = "smollm2-135m",
@@ -65,12 +92,14 @@ def bench_main(
     max_seconds: float | None = None,
     threads: int | None = None,
     device: str | None = None,
+    draft: str | None = None,
     out: str | None = "out/bench",
     echo: Callable[[str], None] = print,
     progress: Callable[[str], None] | None = None,
 ) -> BenchReport:
     """Load, run, print the table, write ``out.json`` and ``out.png``; what the CLI calls.
-    ``profiles``: workloads whose stored profile (this machine, model, dtype) is timed too."""
+    ``profiles``: workloads whose stored profile (this machine, model, dtype) is timed too. ``draft``: the
+    draft model of the ``assisted`` baseline (None: the registry's same-tokenizer sibling of ``model``)."""
     from autolade.machine.models import load
     from autolade.runtime.settings import stored_profile
 
@@ -97,7 +126,10 @@ def bench_main(
         named[label] = ({"config": c, "policy": pol, "carry": carry, "pad": pad, "pairs": pairs, "compile": compiled}
                         if carry or pad is not None or not pairs or compiled is not None else c if pol is None else (c, pol))
     prompt_sets = load_sets(sets.split(","), limit=prompts, heldout=heldout)
+    wanted = [b.strip() for b in baselines.split(",") if b.strip()]
+    draft = assisted_draft(model, draft) if "assisted" in wanted else None
     lm, tok = load(model, dtype=dtype, device=device)
+    assistant = load_draft(lm, tok, draft, dtype=dtype, device=device) if draft else None
     say = progress or (lambda _msg: None)
     for workload in profiles:
         prof, source = stored_profile(lm, workload)
@@ -120,7 +152,9 @@ def bench_main(
         prompts=prompt_sets,
         configs=named,
         max_new_tokens=max_new_tokens,
-        baselines=[b.strip() for b in baselines.split(",") if b.strip()],
+        baselines=wanted,
+        assistant=assistant,
+        assistant_name=draft,
         warmup=warmup,
         repeats=repeats,
         max_seconds=max_seconds,

@@ -26,7 +26,8 @@ from autolade.tuning.harness import PLD_TOKENS
 HF_GREEDY = "hf-greedy"
 HF_PLD = "hf-pld"
 HF_STATIC = "hf-static"  # HF greedy on a fixed-size StaticCache with its compiled forward (what a GPU user compiles)
-BASELINES = {"greedy": HF_GREEDY, "pld": HF_PLD, "static": HF_STATIC}
+HF_ASSISTED = "hf-assisted"  # HF assisted generation, greedy, drafted by a smaller model of the same tokenizer
+BASELINES = {"greedy": HF_GREEDY, "pld": HF_PLD, "static": HF_STATIC, "assisted": HF_ASSISTED}
 FORMAT = "autolade-bench/1"
 
 
@@ -35,7 +36,7 @@ class Method:
     """One thing to time: an HF baseline or an autolade config (with an optional policy factory)."""
 
     name: str
-    kind: str  # "hf-greedy", "hf-pld", "hf-static" or "autolade"
+    kind: str  # "hf-greedy", "hf-pld", "hf-static", "hf-assisted" or "autolade"
     config: LookaheadConfig | None = None
     # A policy name / preset / dict (autolade.runtime.policies.make_policy builds a fresh one per run), or a
     # factory called once per run: factory(config) or factory() -> Policy. None = static.
@@ -52,11 +53,16 @@ class Method:
     # autolade: generate(compile=): compiled steps at fixed widths on a static cache (True), eager (False), or
     # as this machine's stored curves say (None)
     compile: bool | None = None
+    # hf-assisted: the draft model (``model.generate(assistant_model=...)``) and its name for the report
+    assistant: Any = field(default=None, repr=False, compare=False)
+    assistant_name: str | None = None
 
     def spec(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind}
         if self.kind == HF_PLD:
             out["prompt_lookup_num_tokens"] = PLD_TOKENS
+        if self.kind == HF_ASSISTED:
+            out["assistant_model"] = self.assistant_name
         if self.config is not None:
             out["config"] = self.config.to_dict()
         if isinstance(self.policy, (str, dict)):
@@ -200,7 +206,8 @@ class BenchReport:
             raise WorkloadError("not an autolade benchmark JSON (format autolade-bench/1)")
         methods = [
             Method(m["name"], m["kind"], LookaheadConfig.from_dict(m["config"]) if m.get("config") else None, m.get("policy"),
-                   bool(m.get("carry", False)), m.get("pad"), bool(m.get("pairs", True)), m.get("compile"))
+                   bool(m.get("carry", False)), m.get("pad"), bool(m.get("pairs", True)), m.get("compile"),
+                   assistant_name=m.get("assistant_model"))
             for m in data["methods"]
         ]
         summary_fields = {f for f in Summary.__dataclass_fields__}

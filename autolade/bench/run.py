@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from autolade.bench.report import BASELINES, HF_GREEDY, HF_PLD, HF_STATIC, BenchReport, Method, Run, summarise
+from autolade.bench.report import (BASELINES, HF_ASSISTED, HF_GREEDY, HF_PLD, HF_STATIC, BenchReport, Method, Run,
+                                   summarise)
 from autolade.config import LookaheadConfig, parse_config
 from autolade.engine.recycle import NextTokenTable
 from autolade.errors import ConfigError, InputError, WorkloadError
@@ -42,6 +43,7 @@ from autolade.tuning.harness import (
     rotate,
     run_autolade,
     run_greedy,
+    run_assisted,
     run_pld,
     run_static,
     setting_label,
@@ -83,13 +85,18 @@ def default_configs() -> dict[str, LookaheadConfig]:
     return {config_label(c): c for c in configs}
 
 
-def _methods(configs: Mapping[str, Any], baselines: Sequence[str]) -> list[Method]:
+def _methods(configs: Mapping[str, Any], baselines: Sequence[str], assistant: Any = None,
+             assistant_name: str | None = None) -> list[Method]:
     unknown = [b for b in baselines if b not in BASELINES]
     if unknown:
         raise ConfigError(f"unknown baseline(s) {unknown}; choose from {', '.join(BASELINES)}")
     if "greedy" not in baselines:
         raise ConfigError("baselines must include 'greedy': it is the reference every ratio and exactness check uses")
-    methods = [Method(BASELINES[b], BASELINES[b]) for b in dict.fromkeys(baselines)]
+    if "assisted" in baselines and assistant is None:
+        raise ConfigError("the 'assisted' baseline needs a draft model: pass assistant= (`autolade bench --draft MODEL`; "
+                          "a registry model with a same-tokenizer smaller sibling has one by default)")
+    methods = [Method(BASELINES[b], BASELINES[b], assistant=assistant if b == "assisted" else None,
+                      assistant_name=assistant_name if b == "assisted" else None) for b in dict.fromkeys(baselines)]
     for name, value in configs.items():
         if isinstance(value, Method):
             method = Method(str(name), "autolade", value.config, value.policy)
@@ -193,6 +200,8 @@ def run_benchmark(
     repeats: int = 1,
     max_seconds: float | None = None,
     on_prompt: Callable[[BenchReport], None] | None = None,
+    assistant: torch.nn.Module | None = None,
+    assistant_name: str | None = None,
 ) -> BenchReport:
     """Time HF greedy, HF prompt lookup and each autolade config on every prompt; see the module doc.
 
@@ -206,10 +215,11 @@ def run_benchmark(
     earlier prompts left) and the warm-up runs from an empty one, so repeats do not learn their own prompt.
     ``max_seconds``: start no new prompt once this much wall time has passed (the report says
     so in ``settings["stopped_early"]``). ``on_prompt(report so far)`` after every prompt, e.g.
-    to checkpoint the JSON so that a killed run still leaves its results.
+    to checkpoint the JSON so that a killed run still leaves its results. ``assistant``: the draft model
+    of the ``assisted`` baseline (HF assisted generation), named ``assistant_name`` in the report.
     """
     _check_counts(repeats=repeats, max_new_tokens=max_new_tokens, warmup=warmup)
-    methods = _methods(default_configs() if configs is None else configs, baselines)
+    methods = _methods(default_configs() if configs is None else configs, baselines, assistant, assistant_name)
     grouped = _as_prompts(prompts)
     if not any(grouped.values()):
         raise WorkloadError("no prompts to benchmark")
@@ -361,6 +371,8 @@ def _run_method(model: torch.nn.Module, method: Method, ids: torch.Tensor, max_n
         return run_autolade(model, ids, max_new_tokens=max_new_tokens, config=method.config,
                             policy=method.make_policy(cost), recycled=recycled, pad_single=method.pad,
                             compile=method.compile)
+    if method.kind == HF_ASSISTED:
+        return run_assisted(model, ids, max_new_tokens=max_new_tokens, assistant=method.assistant, count_steps=True)
     run = {HF_PLD: run_pld, HF_STATIC: run_static}.get(method.kind, run_greedy)
     return run(model, ids, max_new_tokens=max_new_tokens, count_steps=True)
 

@@ -141,7 +141,11 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
 @click.option("--profile", "profiles", multiple=True, metavar="WORKLOAD",
               help="also time the stored profile for this workload (repeatable), e.g. --profile code --profile chat")
 @click.option("--heldout", is_flag=True, help="only the prompts `autolade tune` holds out (never tuned on)")
-@click.option("--baselines", default="greedy,pld", show_default=True, help="HF methods: greedy (required, the reference), pld, static (a StaticCache + compiled forward)")
+@click.option("--baselines", default="greedy,pld", show_default=True, help="HF methods: greedy (required, the reference), pld, static (a StaticCache + compiled forward), "
+                   "assisted (assisted generation with --draft)")
+@click.option("--draft", default=None, metavar="MODEL",
+              help="the draft model of the assisted baseline (same tokenizer); default: the model's registry sibling, "
+                   "e.g. qwen2.5-coder-0.5b for qwen2.5-coder-1.5b")
 @click.option("--warmup", type=int, default=1, show_default=True, help="untimed runs of every method on the first prompt")
 @click.option("--repeats", "-r", type=int, default=1, show_default=True, help="timed runs per prompt and method; the fastest is kept")
 @click.option("--max-minutes", type=float, default=None, help="start no new prompt after this many minutes (report what ran)")
@@ -150,8 +154,8 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
 @click.option("--out", "-o", default="out/bench", show_default=True, help="writes OUT.json and OUT.png")
 @click.option("--quiet", "-q", is_flag=True, help="no per-prompt progress on stderr")
 @clean_errors
-def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, profiles, heldout, baselines, warmup, repeats,
-                  max_minutes, threads, device, out, quiet):
+def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, configs, profiles, heldout, baselines, draft, warmup,
+                  repeats, max_minutes, threads, device, out, quiet):
     """HF greedy vs HF prompt lookup vs autolade, interleaved prompt by prompt; table, JSON, PNG."""
     from autolade.bench import bench_main
     from autolade.workloads import COPY_SET
@@ -161,6 +165,7 @@ def bench_command(model, dtype, sets, add_copy, n_prompts, max_new_tokens, confi
     bench_main(
         model=model, dtype=dtype, sets=sets, prompts=n_prompts or None, max_new_tokens=max_new_tokens,
         configs=configs, profiles=profiles, heldout=heldout, baselines=baselines, warmup=warmup, repeats=repeats, threads=threads, device=device, out=out,
+        draft=draft,
         max_seconds=None if max_minutes is None else 60 * max_minutes,
         echo=click.echo, progress=None if quiet else (lambda msg: click.echo(msg, err=True)),
     )

@@ -35,6 +35,7 @@ class ModelSpec:
     sha256: str | None = None  # of the GGUF file, checked before it is converted (None: not checked)
     params: int | None = None  # parameters stored in the GGUF, for the disk a conversion needs (None: counted)
     setup_flag: str = ""  # the tools/setup.sh option that installs it ("": a plain run does)
+    draft: str | None = None  # a smaller registry model with the same tokenizer: HF assisted generation's draft
 
     @property
     def distributions(self) -> tuple[str, ...]:
@@ -165,6 +166,7 @@ MODELS: dict[str, ModelSpec] = {
             sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             params=1_777_088_000,
             setup_flag="--qwen",
+            draft="qwen2.5-coder-0.5b",
         ),
     )
 }

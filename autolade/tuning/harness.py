@@ -162,6 +162,14 @@ def run_static(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int
     return run_hf(model, ids, max_new_tokens=max_new_tokens, cache=cache, compile_config=config, **kwargs)
 
 
+def run_assisted(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int, assistant: torch.nn.Module,
+                 **kwargs: Any) -> Timed:
+    """HF assisted generation, greedy: ``assistant`` (a smaller model with the same tokenizer) drafts, the
+    model verifies; transformers' own draft-length schedule, as a user gets it. Steps count the model's
+    forwards only (the draft's run on another module)."""
+    return run_hf(model, ids, max_new_tokens=max_new_tokens, assistant_model=assistant, **kwargs)
+
+
 def run_pld(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int, **kwargs: Any) -> Timed:
     """HF prompt lookup with the baseline's ``PLD_TOKENS`` draft tokens."""
     return run_hf(model, ids, max_new_tokens=max_new_tokens, prompt_lookup=PLD_TOKENS, **kwargs)
