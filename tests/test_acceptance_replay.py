@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -49,7 +51,11 @@ def test_rows_counted_on_fewer_prompts_carry_the_samples_bias():
     assert win.sample_scale < 1.0  # the first prompt was the easy one
     assert grown.row(GREEDY_SETTING.label).sample_scale == 1.0 and grown.row(GREEDY_SETTING.label).prompts == 3
     flat = StepCurve(points={256: {k: 10.0 for k in (1, 2, 4, 8, 16, 32, 64)}})
-    assert predict_row(win, flat, context=100).tokens_per_step == pytest.approx(win.tokens_per_step * win.sample_scale)
+    # the scale measures how much more the whole sample copies: it carries a row that drafts by prompt lookup,
+    # while one without lookup (this window) is read as counted
+    assert predict_row(win, flat, context=100).tokens_per_step == pytest.approx(win.tokens_per_step)
+    with_lookup = dataclasses.replace(win, setting=Setting.of(dataclasses.replace(WINDOW.config, prompt_lookup=4)))
+    assert predict_row(with_lookup, flat, context=100).tokens_per_step == pytest.approx(win.tokens_per_step * win.sample_scale)
     back = AcceptanceTable.from_json(grown.to_json())
     assert back.row(WINDOW.label).sample_scale == win.sample_scale
     with pytest.raises(ProfileError, match="sample_scale"):

@@ -65,7 +65,7 @@ def predict_row(row: AcceptanceRow, curve: StepCurve, *, context: int) -> Predic
     tokens (``generate(pad_single=None)``; plain greedy keeps its one-token steps, the reference)."""
     lone = 2 if curve.pads_single() and not row.setting.greedy else 1
     cost = sum(n * step_cost(curve, max(k, lone), context=context) for k, n in row.packed_hist.items()) / row.steps
-    tokens_per_step = row.tokens_per_step * row.sample_scale  # carried to the table's whole prompt sample
+    tokens_per_step = row.tokens_per_step * applied_scale(row)  # carried to the table's whole prompt sample
     return Prediction(
         setting=row.setting,
         speedup=tokens_per_step * curve.cost(1, context) / cost,
@@ -74,6 +74,15 @@ def predict_row(row: AcceptanceRow, curve: StepCurve, *, context: int) -> Predic
         step_cost_ms=cost,
         extrapolated=max(row.packed_hist) > curve.ks[-1],
     )
+
+
+def applied_scale(row: AcceptanceRow) -> float:
+    """The row's ``sample_scale`` where it applies. The scale is measured on replayed prompt-lookup settings:
+    how much more the whole prompt sample copies than the row's few prompts. A setting that drafts by prompt
+    lookup gains with that; one that does not (the window, recycling alone) is read as counted. Carrying the
+    lookup's factor to every row made W2 N3 G2 + recycle 16 (no lookup) the 1.5B's code pick at 2.19 tokens/step
+    where held-out prompts gave it ~1.6, behind scaled lookup + recycle 16 (BENCHMARKS.md, issue 39)."""
+    return row.sample_scale if row.setting.config.prompt_lookup > 0 else 1.0
 
 
 def predict_priced(rows: list[AcceptanceRow], curve: StepCurve, *, context: int) -> Prediction:
