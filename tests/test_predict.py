@@ -156,6 +156,20 @@ def test_the_builtin_default_is_displaced_only_by_a_clear_margin():
     assert choose(table(GREEDY_ROW, base, close), gpu).setting == LOOKUP
 
 
+def test_a_near_tie_goes_to_the_setting_that_packs_fewer_tokens():
+    """Predicted within the margin of the best, the narrower step wins (the counts rest on a few prompts and
+    a wide step carries more of what the curve does not see); a clear lead keeps the wide one."""
+    gentle = curve({1: 10.0, 2: 10.0, 4: 10.0, 8: 10.0, 16: 11.0, 32: 12.0, 64: 14.0})
+    narrow = row(LOOKUP, {3: 100}, 200)  # 2.00 tokens/step at 10 ms
+    tie = row(WINDOW, {16: 100}, 222)  # 2.22 tokens at 11 ms: 2.02x, 1% ahead
+    lead = row(WINDOW, {16: 100}, 240)  # 2.18x, 9% ahead
+    ranked = predict(table(GREEDY_ROW, narrow, tie), gentle)
+    assert ranked[0].setting == WINDOW and ranked[0].speedup == pytest.approx(2.018, abs=1e-3)
+    assert choose(table(GREEDY_ROW, narrow, tie), gentle).setting == LOOKUP
+    assert choose(table(GREEDY_ROW, narrow, lead), gentle).setting == WINDOW
+    assert choose(table(GREEDY_ROW, narrow, tie), gentle, margin=1.0).setting == WINDOW
+
+
 RECYCLE = LookaheadConfig(window=0, guesses=0, prompt_lookup=0, recycle=16)
 
 
