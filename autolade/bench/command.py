@@ -49,6 +49,30 @@ def _split_flags(spec: str, names: Sequence[str]) -> tuple[str, dict[str, bool]]
     return ",".join(kept), flags
 
 
+def named_methods(configs: Sequence[str], *, defaults: bool) -> dict[str, Any]:
+    """``--config`` specs as ``run_benchmark``'s ``{label: config | (config, policy) | {...}}``, each labelled by its
+    setting and flags (``#2``... for repeats); ``defaults``: the built-in set when no spec was given."""
+    parsed = []
+    for spec in configs:
+        spec, carry = split_carry(spec)
+        spec, pad = split_pad(spec)
+        spec, pairs = split_pairs(spec)
+        spec, compiled = split_compile(spec)
+        parsed.append((*parse_method(spec, also=("carry", "pad", "pairs", "compile")), carry, pad, pairs, compiled))
+    if defaults:
+        parsed = [(c, None, False, None, True, None) for c in default_configs().values()]
+    named: dict[str, Any] = {}
+    for c, pol, carry, pad, pairs, compiled in parsed:
+        base = (config_label(c, pol) + (" carried" if carry else "") + {None: "", True: " padded", False: " unpadded"}[pad]
+                + ("" if pairs else " unpaired") + {None: "", True: " compiled", False: " eager"}[compiled])
+        label, n = base, 2
+        while label in named:
+            label, n = f"{base}#{n}", n + 1
+        named[label] = ({"config": c, "policy": pol, "carry": carry, "pad": pad, "pairs": pairs, "compile": compiled}
+                        if carry or pad is not None or not pairs or compiled is not None else c if pol is None else (c, pol))
+    return named
+
+
 def assisted_draft(model: str, draft: str | None) -> str:
     """The draft model of the ``assisted`` baseline: ``draft``, else the registry's sibling of ``model``."""
     from autolade.machine.registry import MODELS
@@ -107,24 +131,7 @@ def bench_main(
         if threads < 1:
             raise ConfigError(f"threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    parsed = []
-    for spec in configs:
-        spec, carry = split_carry(spec)
-        spec, pad = split_pad(spec)
-        spec, pairs = split_pairs(spec)
-        spec, compiled = split_compile(spec)
-        parsed.append((*parse_method(spec, also=("carry", "pad", "pairs", "compile")), carry, pad, pairs, compiled))
-    if not configs and not profiles:
-        parsed = [(c, None, False, None, True, None) for c in default_configs().values()]
-    named: dict[str, Any] = {}
-    for c, pol, carry, pad, pairs, compiled in parsed:
-        base = (config_label(c, pol) + (" carried" if carry else "") + {None: "", True: " padded", False: " unpadded"}[pad]
-                + ("" if pairs else " unpaired") + {None: "", True: " compiled", False: " eager"}[compiled])
-        label, n = base, 2
-        while label in named:
-            label, n = f"{base}#{n}", n + 1
-        named[label] = ({"config": c, "policy": pol, "carry": carry, "pad": pad, "pairs": pairs, "compile": compiled}
-                        if carry or pad is not None or not pairs or compiled is not None else c if pol is None else (c, pol))
+    named = named_methods(configs, defaults=not configs and not profiles)
     prompt_sets = load_sets(sets.split(","), limit=prompts, heldout=heldout)
     wanted = [b.strip() for b in baselines.split(",") if b.strip()]
     draft = assisted_draft(model, draft) if "assisted" in wanted else None
