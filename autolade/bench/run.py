@@ -26,8 +26,7 @@ from typing import Any
 
 import torch
 
-from autolade.bench.report import (BASELINES, HF_ASSISTED, HF_GREEDY, HF_PLD, HF_STATIC, BenchReport, Method, Run,
-                                   summarise)
+from autolade.bench.report import BASELINES, HF_ASSISTED, HF_GREEDY, HF_PLD, HF_STATIC, BenchReport, Method, Run, summarise
 from autolade.config import LookaheadConfig, parse_config
 from autolade.engine.recycle import NextTokenTable
 from autolade.errors import ConfigError, InputError, WorkloadError
@@ -41,9 +40,9 @@ from autolade.tuning.harness import (
     divergence,
     greedy_reference,
     rotate,
+    run_assisted,
     run_autolade,
     run_greedy,
-    run_assisted,
     run_pld,
     run_static,
     setting_label,
