@@ -81,7 +81,7 @@ def applied_scale(row: AcceptanceRow) -> float:
     how much more the whole prompt sample copies than the row's few prompts. A setting that drafts by prompt
     lookup gains with that; one that does not (the window, recycling alone) is read as counted. Carrying the
     lookup's factor to every row made W2 N3 G2 + recycle 16 (no lookup) the 1.5B's code pick at 2.19 tokens/step
-    where held-out prompts gave it ~1.6, behind scaled lookup + recycle 16 (BENCHMARKS.md, issue 39)."""
+    where 10 held-out prompts gave it 1.99-2.17, behind scaled lookup + recycle 16 (BENCHMARKS.md, issue 39)."""
     return row.sample_scale if row.setting.config.prompt_lookup > 0 else 1.0
 
 
@@ -157,7 +157,7 @@ def choose(table: AcceptanceTable, curve: StepCurve, *, context: int | None = No
     a step wins: the counts rest on a few prompts, and a wider step carries more of what the curve does
     not see (host work per packed token, a curve read under load). Measured: the 1.5B bf16 code table put
     W7 N2 G7 + scaled lookup 16x3 (11.6 packed) 1% ahead of scaled lookup + recycle 16 (7.2 packed); on 10
-    held-out prompts the two accepted the same tokens a step and the narrower one ran 8% faster (issue 39)."""
+    held-out prompts the two accepted the same tokens a step and the narrower one ran 12% faster (issue 39)."""
     ranked = [p for p in predict(table, curve, context=context) if not p.extrapolated or p.setting.greedy]
     greedy = next(p for p in ranked if p.setting.greedy)
     config, policy = builtin_default(curve.device.split(":")[0])
