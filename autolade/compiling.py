@@ -14,10 +14,8 @@ from typing import Any
 import torch
 
 from autolade.config import LookaheadConfig
-from autolade.engine.compiled import BUCKETS, MIN_CAPACITY, CompiledRunner, buckets_for, static_capacity
+from autolade.engine.compiled import BUCKETS, CompiledRunner, buckets_for, static_capacity
 from autolade.errors import ConfigError
-
-__all__ = ["MIN_CAPACITY", "CompiledRunners", "check_compile", "compile_summary", "default_runners"]
 
 
 class CompiledRunners:

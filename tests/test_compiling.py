@@ -5,8 +5,9 @@ import torch
 from tiny import hf_greedy, repetitive_prompt, tiny_llama
 
 from autolade.api import generate
-from autolade.compiling import MIN_CAPACITY, CompiledRunners, check_compile
+from autolade.compiling import CompiledRunners, check_compile
 from autolade.config import LookaheadConfig
+from autolade.engine.compiled import MIN_CAPACITY
 from autolade.errors import ConfigError
 
 GREEDY = LookaheadConfig(window=0, guesses=0, prompt_lookup=0)  # one-token steps: a single graph (bucket 1)

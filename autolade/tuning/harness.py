@@ -146,16 +146,15 @@ def run_greedy(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int
     return run_hf(model, ids, max_new_tokens=max_new_tokens, **kwargs)
 
 
-def run_static(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int, capacity: int = 1024,
-               **kwargs: Any) -> Timed:
-    """HF greedy the way a GPU user compiles it: a fixed-size ``StaticCache`` (``capacity`` tokens, so every
-    prompt shares one compiled graph) and ``generate``'s compiled forward (``CompileConfig``; on CPU too). The
+def run_static(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int, **kwargs: Any) -> Timed:
+    """HF greedy the way a GPU user compiles it: a fixed-size ``StaticCache`` (``engine.compiled.static_capacity``:
+    a power of two of at least ``MIN_CAPACITY`` tokens, so prompts of many lengths share one compiled graph) and ``generate``'s compiled forward (``CompileConfig``; on CPU too). The
     first call per model compiles: a benchmark's warm-up run pays it."""
     from transformers import CompileConfig, StaticCache
 
     from autolade.engine.compiled import static_capacity
 
-    capacity = static_capacity(int(ids.shape[1]) + max_new_tokens, minimum=capacity)
+    capacity = static_capacity(int(ids.shape[1]) + max_new_tokens)
     config = CompileConfig()
     config._compile_all_devices = True  # transformers compiles on CUDA only unless told
     cache = StaticCache(config=model.config, max_cache_len=capacity)
