@@ -77,3 +77,19 @@ def test_a_cancelled_job_leaves_and_a_failing_one_does_not_stop_the_loop(model):
         assert len(seen) < 400 and loop.in_flight == 0
     finally:
         loop.close()
+
+
+def test_a_job_whose_client_left_while_it_waited_never_gets_a_row(model):
+    loop = BatchLoop(model, max_rows=1, start=False)
+    rows = prompts(2)
+    running = loop.submit(RowRequest(prompt=rows[0], config=CONFIG, max_new_tokens=300))
+    left = loop.submit(RowRequest(prompt=rows[1], config=CONFIG, max_new_tokens=40), cancelled=lambda: True)
+    loop.start()
+    try:
+        with pytest.raises(Cancelled):
+            left.wait()
+        assert not running.done.is_set(), "the waiting job was dropped at once, not after it got the one row"
+        assert running.wait().out == hf_greedy(model, torch.tensor([rows[0]]), 300)
+        assert left.row is None and max(s.rows for s in loop.decoder.log.steps) == 1
+    finally:
+        loop.close()

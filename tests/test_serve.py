@@ -146,6 +146,47 @@ def test_a_client_that_disconnects_frees_its_row(tiny_server):
     assert health["in_flight"] == 0 and health["waiting"] == 0 and time.monotonic() - start < 60
 
 
+def test_every_request_the_server_takes_gets_a_thread_of_its_own():
+    """asyncio's default pool has min(32, cpus + 4) threads: request 33 (7 on 2 cores) would wait there
+    behind a whole decode. RequestSlots runs every admitted request at once: 40 meet at a barrier."""
+    import asyncio
+
+    from autolade.serve.app import RequestSlots
+
+    slots, meet = RequestSlots(40), threading.Barrier(40, timeout=20)
+
+    async def all_at_once():
+        for _ in range(40):
+            slots.take()
+        return await asyncio.gather(*(slots.run(meet.wait) for _ in range(40)))
+
+    assert sorted(asyncio.run(all_at_once())) == list(range(40))  # every thread reached the barrier
+    slots.take()  # and every slot is free again
+    with pytest.raises(ValueError, match="must be >= 1"):
+        RequestSlots(0)
+
+
+def test_past_its_rows_and_waiting_places_the_server_answers_503_and_serves_on(tmp_path):
+    model_dir = tmp_path / "tiny-model"
+    tiny_llama_dir(model_dir, tokenizer=word_tokenizer(), max_positions=16384)  # room for a decode that outlasts the test
+    with server(str(model_dir), tmp_path, "--name", NAME, "--max-batch", "1", "--max-waiting", "1") as base:
+        body = {"model": NAME, "prompt": PROMPTS[1], "max_tokens": 16000, "temperature": 0, "stream": True}
+        with httpx.stream("POST", f"{base}/v1/completions", timeout=60, json=body) as first, \
+                httpx.stream("POST", f"{base}/v1/completions", timeout=60, json=body) as second:
+            next(first.iter_lines())  # decoding in the one row
+            assert second.status_code == 200  # the one waiting place
+            with pytest.raises(openai.InternalServerError) as err:
+                client(base).completions.create(model=NAME, prompt="w5 w6", max_tokens=3, temperature=0)
+            assert err.value.status_code == 503 and err.value.body["code"] == "server_busy"
+            assert "--max-waiting" in err.value.body["message"]
+        deadline = time.monotonic() + 30  # both clients hung up: their rows and slots free up
+        while httpx.get(f"{base}/health").json()["in_flight"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        retrying = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=3, timeout=120)  # a slot frees as its thread ends
+        assert retrying.completions.create(model=NAME, prompt="w5 w6", max_tokens=3, temperature=0).usage.completion_tokens == 3
+        assert httpx.get(f"{base}/health").json()["waiting"] == 0, "the waiting client hung up: its job never ran"
+
+
 def test_sampling_with_a_seed_repeats(tiny_server):
     base, _, _ = tiny_server
     c = client(base)

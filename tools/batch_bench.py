@@ -72,7 +72,8 @@ def run_group(model, rows, *, config, workload: str, n: int, pad: int, eos: set[
             "hf_equals_one_by_one": sum(a == b for a, b in zip(outputs["hf"], outputs["one-by-one"])),
             "rows": len(rows), "steps": batch.steps if batch else res.stats.steps,
             "settings": (res.stats[0] if batch else res.stats).settings_source,
-            "hole_share": batch.hole_share if batch else None, "packed_per_step": batch.packed_per_step if batch else None, "width_per_step": batch.width_per_step if batch else None}
+            "hole_share": batch.hole_share if batch else None, "packed_per_step": batch.packed_per_step if batch else None, "width_per_step": batch.width_per_step if batch else None,
+            "alone_share": batch.alone_share if batch else None, "cut_share": batch.cut_share if batch else None}
 
 
 def main() -> None:
@@ -122,6 +123,8 @@ def main() -> None:
                 cell["packed_per_step"] = [c["packed_per_step"] for c in cells]
                 cell["width_per_step"] = [c["width_per_step"] for c in cells]
                 cell["hole_share"] = [c["hole_share"] for c in cells]
+                cell["alone_share"] = [c["alone_share"] for c in cells]
+                cell["cut_share"] = [c["cut_share"] for c in cells]
                 report["cells"].append(cell)
                 out.write_text(json.dumps(report, indent=1))
                 print(f"{name} B={b}: hf {cell['hf']['tokens_per_s']} tok/s, batched {cell['batched']['tokens_per_s']}, "

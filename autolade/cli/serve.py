@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from autolade.cli.errors import clean_errors
+from autolade.serve.requests import MAX_WAITING
 
 
 @click.command()
@@ -19,9 +20,11 @@ from autolade.cli.errors import clean_errors
 @click.option("--plain", is_flag=True, help="lookahead off: plain greedy steps through the same server (a baseline to compare with)")
 @click.option("--max-batch", type=click.IntRange(1, 256), default=8, show_default=True,
               help="requests decoded together in one forward per step; more wait for a free row")
+@click.option("--max-waiting", type=click.IntRange(0, 4096), default=MAX_WAITING, show_default=True,
+              help="requests that may wait for a free row; past max-batch + this, a request gets a 503 at once")
 @click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
 @clean_errors
-def serve(model, dtype, host, port, name, workload, memory, plain, max_batch, trust_remote_code):
+def serve(model, dtype, host, port, name, workload, memory, plain, max_batch, max_waiting, trust_remote_code):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     try:
         import uvicorn
@@ -40,5 +43,5 @@ def serve(model, dtype, host, port, name, workload, memory, plain, max_batch, tr
     server = ModelServer(mdl, tok, name=name or model, workload=workload, memory=False if plain else memory,
                          config=GREEDY if plain else None, max_batch=max_batch)
     click.echo(f"autolade: serving {server.name} on http://{host}:{port}/v1 (up to {max_batch} requests decoded together, "
-               f"one forward per step{'; lookahead off' if plain else ''})", err=True)
-    uvicorn.run(create_app(server), host=host, port=port, log_level="warning")
+               f"one forward per step, {max_waiting} more may wait{'; lookahead off' if plain else ''})", err=True)
+    uvicorn.run(create_app(server, max_waiting=max_waiting), host=host, port=port, log_level="warning")

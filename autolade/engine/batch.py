@@ -25,6 +25,7 @@ from autolade.config import LookaheadConfig
 
 from .attention import AttentionPlan
 from .batch_cache import BatchKVCache
+from .budget import AcceptanceCurve, cut_tree, step_widths
 from .clock import DeviceClock
 from .decode import PROMPT_OBSERVED, DecodeLog, ModelRunner, StepRecord, commit_tokens, prefill
 from .drafter import Drafted, Drafter
@@ -65,33 +66,28 @@ class Row:
     log: DecodeLog = field(default_factory=DecodeLog)
     length: int = 0  # this row's tokens in the cache: its context less the last token (the next step's root)
     done: bool = False
-    gain: float = 1.0  # EMA of draft tokens accepted per step when it drafts (or would have: its shadow tree)
-    shadow: DraftTree | None = None  # a tree the step budget left unpacked, walked against the tokens that came
+    accepts: AcceptanceCurve = field(default_factory=AcceptanceCurve)  # accepted drafts per step by tree cut
+    shadow: DraftTree | None = None  # a whole tree the step budget cut, walked against the tokens that came
     shadow_tokens: list[int] = field(default_factory=list)  # tokens emitted since that step
 
-    def learn(self, accepted: int) -> None:
-        self.gain += GAIN_EMA * (accepted - self.gain)
-
     def follow_shadow(self, tokens: list[int]) -> None:
-        """Walk the unpacked tree along the tokens that came; once it ends or they differ, it says what
-        the row would have accepted, and the gain learns it."""
+        """Walk the cut tree along the tokens that came; once it ends or they differ, its path says what
+        every cut of it would have accepted, and the row's acceptance curve learns it."""
         if self.shadow is None:
             return
         self.shadow_tokens.extend(tokens)
-        node, accepted = 0, 0
+        node, path = 0, []
         for tok in self.shadow_tokens:
             child = self.shadow.children[node].get(tok)
             if child is None:
                 break
-            node, accepted = child, accepted + 1
+            node = child
+            path.append(child)
         else:
             if self.shadow.children[node]:
                 return  # the tree goes on beyond the tokens so far: wait for more
-        self.learn(accepted)
+        self.accepts.learn(path)
         self.shadow, self.shadow_tokens = None, []
-
-
-GAIN_EMA = 0.2  # weight of one step in a row's accepted-per-step average
 
 
 @dataclass(frozen=True)
@@ -104,6 +100,7 @@ class BatchStep:
     prefix: int  # cache columns every query attends over (holes included)
     holes: int  # of rows x prefix, the columns masked out (other rows' longer prompts, shorter accepted paths)
     alone: int  # rows the step budget packed as their last token alone (their drafts did not pay for the width)
+    cut: int  # rows the step budget packed with part of their tree (no window), alone not included
     forward_ms: float
     step_ms: float
 
@@ -129,7 +126,7 @@ class BatchDecoder:
         self.log = BatchLog()
         self._keys = 0
         # c(k): a forward of k tokens (all rows, padding included), from the machine's step curve; with it each
-        # step packs only the rows whose drafts pay for the width they add (``budget``); None: every row drafts
+        # step's width is the one with the most expected tokens per ms (``budget.step_widths``); None: no cuts
         self.step_cost = step_cost
 
     def add(self, request: RowRequest) -> int:
@@ -186,15 +183,18 @@ class BatchDecoder:
             steps.append(self.layout.build(d.tree, row.drafter.window_rows(plan), t=row.length))
             plans.append(plan)
             drafted.append(d)
-        alone = budget(self.step_cost, [s.size for s in steps], [row.gain for row in self.rows])
-        for b in alone:  # packed as the last token alone; the tree is walked later against what came
-            row = self.rows[b]
-            if row.shadow is None and len(drafted[b].tree) > 1:
+        whole = [len(d.tree) for d in drafted]
+        widths = step_widths(self.step_cost, [s.size for s in steps], whole, [row.accepts for row in self.rows])
+        cut = [w < s.size for w, s in zip(widths, steps)]
+        for b in [b for b in range(len(cut)) if cut[b]]:  # the whole tree is walked later against what came
+            row, nodes = self.rows[b], widths[b]
+            if row.shadow is None and whole[b] > 1:
                 row.shadow, row.shadow_tokens = drafted[b].tree, []
-            root = DraftTree(drafted[b].tree.tokens[0])
-            drafted[b] = Drafted(tree=root, ends={}, found={})
-            steps[b] = self.layout.build(root, None, t=row.length)
-            plans[b] = replace(plans[b], window=0, guesses=0, draft_len=0, drafts=0, recycle=0)
+            tree = cut_tree(drafted[b].tree, nodes)  # the policy hears of no lookup drafts: it learns nothing from a cut
+            drafted[b] = Drafted(tree=tree, ends={k: min(e, nodes) for k, e in drafted[b].ends.items()}, found={})
+            steps[b] = self.layout.build(tree, None, t=row.length)
+            plans[b] = replace(plans[b], window=0) if nodes > 1 else replace(
+                plans[b], window=0, guesses=0, draft_len=0, drafts=0, recycle=0)
         ids, positions, block, keep, where = pad_steps(steps, [row.length for row in self.rows])
         base = self.cache.length
         holes = len(self.rows) * base - int(self.cache.visible[:, :base].sum())
@@ -216,14 +216,15 @@ class BatchDecoder:
         step_s = self.clock.since(t0)
         width = ids.shape[1]
         self.log.steps.append(BatchStep(rows=len(self.rows), packed=sum(s.size for s in steps), width=width, prefix=base,
-                                        holes=holes, alone=len(alone), forward_ms=forward_s * 1e3, step_ms=step_s * 1e3))
-        self._finish_step(steps, drafted, plans, kept, new_tokens, step_s, forward_s)
+                                        holes=holes, alone=sum(w == 1 < n for w, n in zip(widths, whole)),
+                                        cut=sum(1 < w < n for w, n in zip(widths, whole)), forward_ms=forward_s * 1e3, step_ms=step_s * 1e3))
+        self._finish_step(steps, drafted, plans, kept, cut, new_tokens, step_s, forward_s)
         return new_tokens
 
-    def _finish_step(self, steps, drafted, plans, kept, new_tokens, step_s: float, forward_s: float) -> None:
+    def _finish_step(self, steps, drafted, plans, kept, cut, new_tokens, step_s: float, forward_s: float) -> None:
         """Per row: the policy's update, the log line, the commit; finished rows leave the batch."""
         staying = []
-        for i, (row, step, d, plan, k) in enumerate(zip(self.rows, steps, drafted, plans, kept)):
+        for i, (row, step, d, plan, k, was_cut) in enumerate(zip(self.rows, steps, drafted, plans, kept, cut)):
             lookup = d.found.get(PromptLookupSource.name, Candidates())
             path = k[1:]
             outcome = StepOutcome(
@@ -238,8 +239,8 @@ class BatchDecoder:
             new = new_tokens[row.key]
             row.log.steps.append(StepRecord.of(outcome, new_tokens=len(new), windowed=row.drafter.window is not None))
             row.length += len(k)
-            if len(d.tree) > 1:
-                row.learn(len(path))
+            if len(d.tree) > 1 and not was_cut:  # an uncut tree: its path tells every cut
+                row.accepts.learn(path)
             row.follow_shadow(new)
             row.done = self._commit(row, new)
             if row.done:
@@ -285,29 +286,6 @@ class BatchDecoder:
     def close(self) -> None:
         """Restore the model's own attention implementation (a flash model ends as it began)."""
         self.runner.attention.set(self.runner.loaded_attention)
-
-
-def budget(step_cost: Callable[[float], float] | None, sizes: Sequence[int], gains: Sequence[float]) -> list[int]:
-    """Rows to pack as their last token alone this step: dropped one at a time, each time the row whose
-    drop raises the expected tokens per ms the most, (rows + their expected accepted drafts) / c(rows x the
-    widest row's tokens), while a drop raises it. ``gains``: each row's accepted drafts per step."""
-    if step_cost is None or len(sizes) == 0:
-        return []
-    n = len(sizes)
-    drafting = {b for b in range(n) if sizes[b] > 1}
-
-    def rate(rows: set[int]) -> float:
-        width = max((sizes[b] for b in rows), default=1)
-        return (n + sum(gains[b] for b in rows)) / step_cost(n * width)
-
-    best = rate(drafting)
-    while drafting:
-        drop, value = max(((b, rate(drafting - {b})) for b in drafting), key=lambda x: x[1])
-        if value <= best:
-            break
-        drafting.discard(drop)
-        best = value
-    return sorted(b for b in range(n) if sizes[b] > 1 and b not in drafting)
 
 
 def pad_steps(steps: Sequence[PackedStep], lengths: Sequence[int]):

@@ -1,10 +1,13 @@
 """The HTTP side: an OpenAI-compatible FastAPI app over one ``ModelServer``.
 
 Routes: ``GET /v1/models``, ``POST /v1/chat/completions``, ``POST /v1/completions`` (non-streaming and
-server-sent events), ``GET /health``. Each request waits in a worker thread while its row decodes in
+server-sent events), ``GET /health``. Each request waits in a thread of its own while its row decodes in
 the model's one batch (``batching.BatchLoop``: all requests in flight share every forward), so
-concurrent requests progress together and a client that disconnects frees its row at the next step. Errors are OpenAI-style JSON (4xx for
-the request's faults); the server keeps serving.
+concurrent requests progress together and a client that disconnects frees its row at the next step.
+The threads are the app's own (``RequestSlots``): asyncio's default pool has cpu_count + 4 threads, 6 on
+a 2-core machine, and a 7th client waited there behind a whole request before its row could even queue.
+Past ``max_batch + max_waiting`` requests the server answers 503 at once. Errors are OpenAI-style JSON
+(4xx for the request's faults); the server keeps serving.
 """
 
 from __future__ import annotations
@@ -14,22 +17,53 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from autolade.serve.requests import ApiError, DecodeRequest, decode_request, parse_body
+from autolade.serve.requests import MAX_WAITING, ApiError, DecodeRequest, decode_request, parse_body
 from autolade.serve.worker import Completion, ModelServer
 
 DONE = object()  # end of a stream's queue
 
 
-def create_app(server: ModelServer) -> FastAPI:
+class RequestSlots:
+    """A thread for every request the server takes (decoding or waiting for a row), and a 503 past them."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"the request limit must be >= 1, got {limit}")
+        self.limit = limit
+        self.pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="autolade-request")
+        self._free = threading.BoundedSemaphore(limit)
+
+    def take(self) -> None:
+        """Hold a slot for one request, or raise a 503 when every slot is held."""
+        if not self._free.acquire(blocking=False):
+            raise ApiError(503, f"the server is busy: {self.limit} requests are decoding or waiting for a row; retry "
+                           "later (or start it with a larger --max-waiting)", kind="server_error", code="server_busy")
+
+    def run(self, fn: Callable[[], Any]) -> asyncio.Future:
+        """``fn()`` in a thread of the slot taken by ``take``; the slot is free again when ``fn`` returns
+        (not when an awaiting handler is cancelled: the thread is still busy then)."""
+
+        def held() -> Any:
+            try:
+                return fn()
+            finally:
+                self._free.release()
+
+        return asyncio.get_running_loop().run_in_executor(self.pool, held)
+
+
+def create_app(server: ModelServer, *, max_waiting: int = MAX_WAITING) -> FastAPI:
     app = FastAPI(title="autolade", summary="exact lookahead decoding behind an OpenAI-compatible API")
     created = int(time.time())
+    slots = RequestSlots(server.loop.max_rows + max_waiting)
 
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -50,22 +84,23 @@ def create_app(server: ModelServer) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        return await _complete(server, request, chat=True)
+        return await _complete(server, slots, request, chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await _complete(server, request, chat=False)
+        return await _complete(server, slots, request, chat=False)
 
     return app
 
 
-async def _complete(server: ModelServer, request: Request, *, chat: bool):
+async def _complete(server: ModelServer, slots: RequestSlots, request: Request, *, chat: bool):
     req = decode_request(parse_body(await request.body()), chat=chat, served=server.name)
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
+    slots.take()
     if req.stream:
-        return StreamingResponse(_stream(server, req, rid), media_type="text/event-stream",
+        return StreamingResponse(_stream(server, req, rid, _start_stream(server, slots, req)), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    done = await asyncio.to_thread(server.run, req)
+    done = await slots.run(lambda: server.run(req))
     return _response(server, req, rid, done)
 
 
@@ -96,9 +131,9 @@ def _chunk(server: ModelServer, req: DecodeRequest, rid: str, text: str | None, 
             "model": server.name, "choices": [choice]}
 
 
-async def _stream(server: ModelServer, req: DecodeRequest, rid: str) -> AsyncIterator[str]:
-    """Server-sent events: a chunk per step's new text, a last chunk with the finish reason, [DONE].
-    When the client goes away the generator is closed: the decode stops at its next step."""
+def _start_stream(server: ModelServer, slots: RequestSlots, req: DecodeRequest) -> tuple[asyncio.Queue, threading.Event, Any]:
+    """Start decoding ``req`` in its slot now, its text going to a queue: the slot is freed when the decode
+    ends, even if the response never starts streaming (a client gone before the first byte)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue = asyncio.Queue()
     gone = threading.Event()
@@ -113,7 +148,14 @@ async def _stream(server: ModelServer, req: DecodeRequest, rid: str) -> AsyncIte
         finally:
             loop.call_soon_threadsafe(queue.put_nowait, DONE)
 
-    worker = loop.run_in_executor(None, work)
+    return queue, gone, asyncio.ensure_future(slots.run(work))
+
+
+async def _stream(server: ModelServer, req: DecodeRequest, rid: str, started: tuple[asyncio.Queue, threading.Event, Any]
+                  ) -> AsyncIterator[str]:
+    """Server-sent events: a chunk per step's new text, a last chunk with the finish reason, [DONE].
+    When the client goes away the generator is closed: the decode stops at its next step."""
+    queue, gone, worker = started
     try:
         yield _sse(_chunk(server, req, rid, "", None, first=True))
         while (item := await queue.get()) is not DONE:

@@ -89,6 +89,7 @@ class BatchLoop:
                 self._cond.wait_for(lambda: self._closed or self.waiting or self.jobs)
                 if self._closed:
                     break
+                self._drop_waiting_cancelled()
                 admit = [self.waiting.popleft() for _ in range(min(len(self.waiting), self.max_rows - len(self.jobs)))]
             for job in admit:
                 self._admit(job)
@@ -117,6 +118,13 @@ class BatchLoop:
             return
         self.jobs[key] = job
         self._complete()  # a row may end at its first token
+
+    def _drop_waiting_cancelled(self) -> None:
+        """Jobs whose client went away before they got a row: never admitted (called under the lock)."""
+        for job in [j for j in self.waiting if j.cancelled()]:
+            self.waiting.remove(job)
+            job.error = Cancelled()
+            job.done.set()
 
     def _drop_cancelled(self) -> None:
         for key, job in list(self.jobs.items()):

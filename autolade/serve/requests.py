@@ -14,6 +14,7 @@ from typing import Any
 
 MAX_STOP = 4  # stop strings per request, as OpenAI allows
 DEFAULT_MAX_TOKENS = 256  # when a request names none (capped to the room the context leaves)
+MAX_WAITING = 64  # requests that may wait for a free row beyond those decoding (--max-waiting); more get a 503
 UNSUPPORTED = {  # field -> why it is refused when set to anything but its neutral value
     "logprobs": "log-probabilities are not returned",
     "top_logprobs": "log-probabilities are not returned",
