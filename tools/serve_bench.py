@@ -1,6 +1,9 @@
 """Load test of `autolade serve`: C concurrent clients stream MT-Bench (chat) and HumanEval (completion)
 prompts through the `openai` client; requests/s, tokens/s and time to first token, for the server with
-lookahead on and with `--plain` (lookahead off), each started here as its own process on a free port.
+lookahead on and with `--plain` (lookahead off), and with `--peers transformers,transformers-cb`,
+`transformers serve` on the same model (plain, and with its continuous batching). Every server is
+started here as its own process on a free port before the first cell, and the modes take turns at each
+client count (the order flips from one count to the next), so drift hits them alike.
 
     python3 tools/serve_bench.py --model smollm2-135m --dtype bfloat16 --clients 1,2,4,8 --prompts 8 -o out/serve-bench
 
@@ -33,17 +36,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(model: str, dtype: str, plain: bool, log: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
+PEERS = ("transformers", "transformers-cb")  # `transformers serve`, without and with --continuous-batching
+
+
+def command(mode: str, model: str, dtype: str, port: int) -> tuple[list[str], str]:
+    """The server's command line and the model name its clients pass."""
+    if mode in PEERS:
+        from autolade.api import load
+
+        path = load(model, dtype=dtype)[0].name_or_path  # the local HF dir autolade resolved (no hub access needed)
+        cb = ["--continuous-batching"] if mode == "transformers-cb" else []
+        return ["transformers", "serve", path, "--dtype", dtype, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
+                "--log-level", "warning", *cb], path
     cmd = [sys.executable, "-m", "autolade", "serve", "--model", model, "--dtype", dtype, "--port", str(port), "--no-memory"]
-    proc = subprocess.Popen(cmd + (["--plain"] if plain else []), stdout=log.open("w"), stderr=subprocess.STDOUT)
+    return cmd + (["--plain"] if mode == "plain" else []), model
+
+
+def start(mode: str, model: str, dtype: str, log: Path) -> tuple[subprocess.Popen, str, str]:
+    port = free_port()
+    cmd, name = command(mode, model, dtype, port)
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     for _ in range(600):
         if proc.poll() is not None:
             raise SystemExit(f"server exited: see {log}")
         try:
             if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return proc, base
+                return proc, base, name
         except httpx.HTTPError:
             time.sleep(0.5)
     proc.terminate()
@@ -111,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=8, help="held-out prompts per set (chat and code)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--max-minutes", type=float, default=30.0, help="start no new cell after this")
+    ap.add_argument("--peers", default="", help=f"also time these servers: {', '.join(PEERS)} (comma-separated)")
     ap.add_argument("-o", "--out", default="out/serve-bench")
     args = ap.parse_args(argv)
     prompts = []
@@ -121,20 +141,28 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     results = {"model": args.model, "dtype": args.dtype, "max_tokens": args.max_tokens, "prompts": len(prompts),
                "command": " ".join([os.path.basename(sys.argv[0]), *(argv or sys.argv[1:])]), "cells": []}
-    began = time.perf_counter()
-    for plain in (False, True):
-        proc, base = start(args.model, args.dtype, plain, out.with_suffix(f".{'plain' if plain else 'lookahead'}.log"))
-        try:
-            one(openai.OpenAI(base_url=f"{base}/v1", api_key="unused"), args.model, *prompts[0], 8)  # warm-up
-            for clients in (int(c) for c in args.clients.split(",")):
+    modes = ["lookahead", "plain", *[p for p in args.peers.split(",") if p]]
+    if unknown := [m for m in modes[2:] if m not in PEERS]:
+        ap.error(f"unknown peer {unknown[0]!r}: choose from {', '.join(PEERS)}")
+    servers: dict[str, tuple[subprocess.Popen, str, str]] = {}
+    try:
+        for mode in modes:
+            servers[mode] = start(mode, args.model, args.dtype, out.with_suffix(f".{mode}.log"))
+            _, base, name = servers[mode]
+            one(openai.OpenAI(base_url=f"{base}/v1", api_key="unused"), name, *prompts[0], 8)  # warm-up
+        began = time.perf_counter()
+        for turn, clients in enumerate(int(c) for c in args.clients.split(",")):
+            for mode in modes if turn % 2 == 0 else modes[::-1]:
                 if time.perf_counter() - began > 60 * args.max_minutes:
                     results["stopped_early"] = f"time budget of {args.max_minutes} min reached"
                     break
-                row = {"mode": "plain" if plain else "lookahead", **cell(base, args.model, prompts, clients, args.max_tokens)}
+                _, base, name = servers[mode]
+                row = {"mode": mode, **cell(base, name, prompts, clients, args.max_tokens)}
                 results["cells"].append(row)
                 out.with_suffix(".json").write_text(json.dumps(results, indent=1))
                 print(json.dumps(row), flush=True)
-        finally:
+    finally:
+        for proc, _, _ in servers.values():
             proc.terminate()
             proc.wait(30)
     print("| mode | clients | requests/s | tokens/s | TTFT median s | TTFT max s |\n|---|---:|---:|---:|---:|---:|")
