@@ -162,6 +162,7 @@ def test_every_request_the_server_takes_gets_a_thread_of_its_own():
 
     assert sorted(asyncio.run(all_at_once())) == list(range(40))  # every thread reached the barrier
     slots.take()  # and every slot is free again
+    slots.pool.shutdown()
     with pytest.raises(ValueError, match="must be >= 1"):
         RequestSlots(0)
 

@@ -14,6 +14,7 @@ Requests go to 127.0.0.1 only; every loop is bounded by --prompts and --max-minu
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import socket
@@ -39,12 +40,19 @@ def free_port() -> int:
 PEERS = ("transformers", "transformers-cb")  # `transformers serve`, without and with --continuous-batching
 
 
+@functools.cache
+def local_dir(model: str, dtype: str) -> str:
+    """The local HF directory autolade resolves ``model`` to (converted once; no hub access needed), for the
+    peers that take a path. Loads the model once per run to find it; the weights are freed on return."""
+    from autolade.api import load
+
+    return load(model, dtype=dtype)[0].name_or_path
+
+
 def command(mode: str, model: str, dtype: str, port: int) -> tuple[list[str], str]:
     """The server's command line and the model name its clients pass."""
     if mode in PEERS:
-        from autolade.api import load
-
-        path = load(model, dtype=dtype)[0].name_or_path  # the local HF dir autolade resolved (no hub access needed)
+        path = local_dir(model, dtype)
         cb = ["--continuous-batching"] if mode == "transformers-cb" else []
         return ["transformers", "serve", path, "--dtype", dtype, "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
                 "--log-level", "warning", *cb], path
