@@ -9,6 +9,7 @@ from tiny import ARCHS, hf_greedy, repetitive_prompt, tiny_gemma3
 
 from autolade.config import LookaheadConfig
 from autolade.engine.batch import BatchDecoder, RowRequest, decode_batch, pad_steps
+from autolade.engine.batch_prefill import PrefillChoice
 from autolade.engine.layout import DraftTree, Layout
 from autolade.engine.recycle import NextTokenTable
 from autolade.engine.sampling import SamplingConfig, SamplingVerifier
@@ -41,7 +42,8 @@ def test_rows_of_different_lengths_and_stops_equal_greedy_alone(arch, config):
     stop_token = next(t for i, t in enumerate(ref3) if i >= 4 and t not in ref3[:i])  # row 3 ends at its 5th token or later
     requests = [RowRequest(prompt=p, config=CONFIGS[config], max_new_tokens=n, eos_ids=(stop_token,) if b == 3 else ())
                 for b, (p, n) in enumerate(zip(rows, budgets))]  # fmt: skip
-    done, log = decode_batch(model, requests)
+    done, log = decode_batch(model, requests, prefill_choice=PrefillChoice(prior=True, learn=False))
+    assert log.prefills == 2, "22 with 36 and 56 with 86 tokens are prefilled together, left-padded"
     for b, (p, n, row) in enumerate(zip(rows, budgets, done)):
         assert row.out == reference(model, p, n, stop_token if b == 3 else None), f"row {b}"
     assert done[3].log.stop_reason == "eos" and done[2].log.stop_reason == "max_new_tokens"

@@ -58,3 +58,17 @@ def test_select_drops_rows_and_compacts_the_holes_away():
     assert cache.visible[:, :2].tolist() == [[True, True], [True, False]]
     assert cache.positions[0, :2].tolist() == [0, 1]
     assert cache.layers[0].keys.shape == (2, H, 2, D)  # the model sees the compacted columns
+
+
+def test_join_takes_left_padded_rows_prefilled_together_and_skips_rows_that_ended():
+    cache = BatchKVCache(num_layers=1, capacity=4, device=torch.device("cpu"))
+    cache.join(single([1.0, 2.0]))
+    together = KVCache(num_layers=1, capacity=4)
+    k = torch.tensor([[0.0, 0.0, 5.0], [0.0, 6.0, 7.0], [8.0, 9.0, 10.0]]).view(3, 1, 3, 1).expand(3, H, 3, D).clone()
+    together.layers[0].update(k, -k)
+    cache.join(together, starts=[2, 1, 0], rows=[0, 2])  # row 1 ended at its first token: it never joins
+    assert cache.rows == 3 and cache.length == 3
+    assert cache.visible[:, :3].tolist() == [[True, True, False], [False, False, True], [True, True, True]]
+    assert cache.positions[1, :3].tolist() == [0, 0, 0] and cache.positions[2, :3].tolist() == [0, 1, 2]
+    assert column(cache, 1)[2] == 5.0 and column(cache, 2) == [8.0, 9.0, 10.0]
+    assert cache.layers[0]._v[2, 0, :3, 0].tolist() == [-8.0, -9.0, -10.0]

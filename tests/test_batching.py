@@ -8,6 +8,7 @@ from tiny import hf_greedy, repetitive_prompt, tiny_llama
 
 from autolade.config import LookaheadConfig
 from autolade.engine.batch import RowRequest
+from autolade.engine.batch_prefill import PrefillChoice
 from autolade.serve.batching import BatchLoop
 from autolade.serve.turns import Cancelled
 
@@ -25,14 +26,15 @@ def prompts(n: int) -> list[list[int]]:
 
 
 def test_jobs_queued_together_share_every_forward_and_stay_exact(model):
-    loop = BatchLoop(model, max_rows=8, start=False)
-    rows = prompts(3)
+    loop = BatchLoop(model, max_rows=8, start=False, prefill_choice=PrefillChoice(prior=True, learn=False))
+    rows = [repetitive_prompt(length=20 + 2 * i, seed=i)[0].tolist() for i in range(3)]  # close enough to pad together
     jobs = [loop.submit(RowRequest(prompt=p, config=CONFIG, max_new_tokens=20)) for p in rows]
     loop.start()
     try:
         for p, job in zip(rows, jobs):
             assert job.wait().out == hf_greedy(model, torch.tensor([p]), 20)
         assert loop.decoder.log.steps[0].rows == 3
+        assert loop.decoder.log.prefills == 1  # admitted together: one padded forward
         assert loop.steps < sum(len(job.row.log.steps) for job in jobs)  # shared forwards
     finally:
         loop.close()
@@ -53,7 +55,7 @@ def test_beyond_max_rows_a_job_waits_for_a_free_row(model):
 
 
 def test_a_cancelled_job_leaves_and_a_failing_one_does_not_stop_the_loop(model):
-    loop = BatchLoop(model, max_rows=4, start=False)
+    loop = BatchLoop(model, max_rows=4, start=False, prefill_choice=PrefillChoice(prior=True, learn=False))
     rows = prompts(2)
     gone = threading.Event()
     seen: list[int] = []
@@ -65,7 +67,8 @@ def test_a_cancelled_job_leaves_and_a_failing_one_does_not_stop_the_loop(model):
 
     cancelled = loop.submit(RowRequest(prompt=rows[0], config=CONFIG, max_new_tokens=400, on_tokens=on_tokens),
                             cancelled=gone.is_set)
-    broken = loop.submit(RowRequest(prompt=[10_000], config=CONFIG, max_new_tokens=5))  # beyond the vocabulary
+    # beyond the vocabulary, and as long as the kept prompt: both are prefilled in one forward, which fails
+    broken = loop.submit(RowRequest(prompt=[10_000] * len(rows[1]), config=CONFIG, max_new_tokens=5))
     kept = loop.submit(RowRequest(prompt=rows[1], config=CONFIG, max_new_tokens=24))
     loop.start()
     try:

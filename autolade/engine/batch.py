@@ -1,6 +1,6 @@
 """Many sequences at once: every row's draft tree and window go through ONE forward per step.
 
-    add(row) -> prefill it alone, join the batch cache   (a row may join at any step boundary)
+    add_many(rows) -> prefill them together, join the batch cache   (rows may join at any step boundary)
     step()   -> plan + draft per row, pad to the widest row, one forward [B, K], verify per row,
                 keep each row's accepted KV columns, retire finished rows
 
@@ -25,6 +25,7 @@ from autolade.config import LookaheadConfig
 
 from .attention import AttentionPlan
 from .batch_cache import BatchKVCache
+from .batch_prefill import PrefillChoice, prefill_groups, prefill_rows
 from .budget import AcceptanceCurve, cut_tree, step_widths
 from .clock import DeviceClock
 from .decode import PROMPT_OBSERVED, DecodeLog, ModelRunner, StepRecord, commit_tokens, prefill
@@ -109,6 +110,7 @@ class BatchStep:
 class BatchLog:
     steps: list[BatchStep] = field(default_factory=list)
     prefill_ms: float = 0.0
+    prefills: int = 0  # prefill forwards (rows that join together share one)
 
 
 class BatchDecoder:
@@ -116,7 +118,7 @@ class BatchDecoder:
 
     def __init__(self, model: torch.nn.Module, *, attention: AttentionPlan | None = None,
                  clock: DeviceClock | None = None, capacity: int = 512,
-                 step_cost: Callable[[float], float] | None = None) -> None:
+                 step_cost: Callable[[float], float] | None = None, prefill_choice: PrefillChoice | None = None) -> None:
         self.runner = ModelRunner(model, attention=attention)
         self.clock = clock or DeviceClock(self.runner.device)
         self.cache = BatchKVCache(num_layers=self.runner.num_layers, capacity=capacity, device=self.runner.device)
@@ -125,40 +127,75 @@ class BatchDecoder:
         self.finished: dict[int, Row] = {}
         self.log = BatchLog()
         self._keys = 0
+        self.vocab = int(getattr(model.config, "get_text_config", lambda: model.config)().vocab_size)
         # c(k): a forward of k tokens (all rows, padding included), from the machine's step curve; with it each
         # step's width is the one with the most expected tokens per ms (``budget.step_widths``); None: no cuts
         self.step_cost = step_cost
+        # rows joining together: one padded prefill or one each, by measured time (before any: together on a GPU)
+        self.prefill_choice = prefill_choice or PrefillChoice(prior=self.runner.device.type == "cuda")
 
     def add(self, request: RowRequest) -> int:
-        """Prefill ``request``'s prompt alone and add it to the batch; returns its key."""
-        key, self._keys = self._keys, self._keys + 1
-        config = request.config
-        prompt = [int(t) for t in request.prompt]
-        drafter = Drafter(config=config, prompt=prompt, memory=request.memory, token_cost=request.token_cost,
-                          recycled=request.recycled)
-        row = Row(key=key, request=request, drafter=drafter, policy=request.policy or StaticPolicy(config),
-                  verifier=request.verifier or GreedyVerifier())
+        """Prefill ``request``'s prompt and add it to the batch; returns its key."""
+        return self.add_many([request])[0]
+
+    @property
+    def next_key(self) -> int:
+        """The key the next row added gets (``add_many`` gives consecutive keys in request order)."""
+        return self._keys
+
+    def add_many(self, requests: Sequence[RowRequest]) -> list[int]:
+        """Prefill the prompts together (left-padded forwards of rows of about the same length; a row that
+        fits no group goes alone) and add them to the batch; returns their keys, in ``requests``' order.
+        If a group's forward raises, the groups before it are in the batch and its rows are not."""
+        rows = []
+        for request in requests:
+            key, self._keys = self._keys, self._keys + 1
+            config = request.config
+            prompt = [int(t) for t in request.prompt]
+            drafter = Drafter(config=config, prompt=prompt, memory=request.memory, token_cost=request.token_cost,
+                              recycled=request.recycled)
+            rows.append(Row(key=key, request=request, drafter=drafter, policy=request.policy or StaticPolicy(config),
+                            verifier=request.verifier or GreedyVerifier()))
+        keeps = [min(len(r.request.prompt), PROMPT_OBSERVED) if r.drafter.recycler is not None else 1 for r in rows]
         with torch.inference_mode():
-            t0 = self.clock.now()
-            single = self.runner.new_cache(len(prompt) + 1)
-            seen = min(len(prompt), PROMPT_OBSERVED) if drafter.recycler is not None else 1
-            ids = torch.tensor([prompt], device=self.runner.device)  # [1, T]
-            logits = prefill(self.runner, single, ids, keep=seen)  # [seen, V]
-            first = row.verifier.first(logits[-1], prompt)
-            drafter.observe_prompt(prompt, logits)
-            row.log.prefill_ms = self.clock.since(t0) * 1e3
-            self.log.prefill_ms += row.log.prefill_ms
+            for group in prefill_groups([len(r.request.prompt) for r in rows], keeps, vocab=self.vocab):
+                together = self.prefill_choice.together(len(group))
+                for part in [group] if together else [[i] for i in group]:
+                    t0 = self.clock.now()
+                    self._prefill([rows[i] for i in part], [keeps[i] for i in part])
+                    self.prefill_choice.record(together, self.clock.since(t0) * 1e3, sum(len(rows[i].request.prompt) for i in part))
+        return [row.key for row in rows]
+
+    def _prefill(self, rows: list[Row], keeps: list[int]) -> None:
+        """One forward for ``rows``' prompts; each row's first token; the rows that go on join the cache."""
+        t0 = self.clock.now()
+        self.log.prefills += 1
+        prompts = [[int(t) for t in row.request.prompt] for row in rows]
+        if len(rows) == 1:  # alone: the model's own causal prefill
+            cache = self.runner.new_cache(len(prompts[0]) + 1)
+            ids = torch.tensor(prompts, device=self.runner.device)  # [1, T]
+            starts, logits = [0], [prefill(self.runner, cache, ids, keep=keeps[0])]  # [keep, V]
+        else:
+            cache, starts, logits = prefill_rows(self.runner, prompts, keeps)
+        staying = []
+        for i, (row, prompt, row_logits) in enumerate(zip(rows, prompts, logits)):
+            first = row.verifier.first(row_logits[-1], prompt)
+            row.drafter.observe_prompt(prompt, row_logits)
             row.length = len(prompt)
-            if request.max_new_tokens <= 0:
+            if row.request.max_new_tokens <= 0:
                 row.log.stop_reason, row.done = "max_new_tokens", True
             else:
                 row.done = self._commit(row, [first])
             if row.done:
-                self.finished[key] = row
+                self.finished[row.key] = row
             else:
-                self.cache.join(single)
-                self.rows.append(row)
-        return key
+                staying.append(i)
+        self.cache.join(cache, starts=starts, rows=staying)
+        self.rows.extend(rows[i] for i in staying)
+        share = self.clock.since(t0) * 1e3 / len(rows)  # the group's prefill, shared out
+        for row in rows:
+            row.log.prefill_ms = share
+        self.log.prefill_ms += share * len(rows)
 
     def _commit(self, row: Row, tokens: list[int]) -> bool:
         r = row.request
@@ -318,13 +355,14 @@ def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def decode_batch(model: torch.nn.Module, requests: Sequence[RowRequest], *, attention: AttentionPlan | None = None,
-                 clock: DeviceClock | None = None,
-                 step_cost: Callable[[float], float] | None = None) -> tuple[list[Row], BatchLog]:
+                 clock: DeviceClock | None = None, step_cost: Callable[[float], float] | None = None,
+                 prefill_choice: PrefillChoice | None = None) -> tuple[list[Row], BatchLog]:
     """Decode ``requests`` together; returns the rows in request order and the batch's step log."""
     widest = max((len(r.prompt) + r.max_new_tokens + r.config.packed_size() + 8 for r in requests), default=64)
-    decoder = BatchDecoder(model, attention=attention, clock=clock, capacity=widest, step_cost=step_cost)
+    decoder = BatchDecoder(model, attention=attention, clock=clock, capacity=widest, step_cost=step_cost,
+                           prefill_choice=prefill_choice)
     try:
-        keys = [decoder.add(r) for r in requests]
+        keys = decoder.add_many(requests)
         finished = decoder.run()
     finally:
         decoder.close()

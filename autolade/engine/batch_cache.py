@@ -104,30 +104,35 @@ class BatchKVCache:
         self.positions[:, :width] = kept_positions
         self.truncate(width)
 
-    def join(self, single: KVCache) -> None:
-        """Append one row whose prompt was prefilled alone in ``single`` (its columns 0..T-1 =
-        positions 0..T-1). Rows already here see holes where the new row's prompt is longer."""
-        t, before = single.length, self.length
+    def join(self, new: KVCache, *, starts: Sequence[int] = (0,), rows: Sequence[int] | None = None) -> None:
+        """Append rows of ``new``, prompts prefilled together (``batch_prefill``) or one alone: row r's
+        prompt at its columns ``starts[r] .. new.length - 1``, positions 0, 1, ... ``rows``: which of its
+        rows join (None: all). Rows already here see holes where the new prompts are longer."""
+        rows = list(range(len(starts))) if rows is None else list(rows)
+        if not rows:
+            return
+        t, before = new.length, self.length
         length = max(before, t)
         self.reserve(max(length - before, 0))
-        for layer, new in zip(self.layers, single.layers):
+        index = torch.tensor(rows, dtype=torch.long)
+        for layer, src_layer in zip(self.layers, new.layers):
             for name in ("_k", "_v"):
-                src = getattr(new, name)  # [1, H, cap1, D]
+                src = getattr(src_layer, name)[index.to(getattr(src_layer, name).device)]  # [r, H, cap1, D]
                 if not layer.is_initialized:
                     layer.device = src.device
                     setattr(layer, name, src.new_zeros((0, src.shape[1], self.capacity, src.shape[3])))
                 buf = getattr(layer, name)
-                # the rows here get holes where the new prompt is longer: masked, but never left unwritten
+                # the rows here get holes where the new prompts are longer: masked, but never left unwritten
                 # (a masked NaN still poisons: its weight is 0, and 0 x NaN is NaN)
                 buf[:, :, before:length] = 0
-                row = src.new_zeros((1, src.shape[1], self.capacity, src.shape[3]))
-                row[:, :, :t] = src[:, :, :t]
-                setattr(layer, name, torch.cat([buf, row], dim=0))
+                block = src.new_zeros((len(rows), src.shape[1], self.capacity, src.shape[3]))
+                block[:, :, :t] = src[:, :, :t]
+                setattr(layer, name, torch.cat([buf, block], dim=0))
             layer.is_initialized = True
-        visible = torch.zeros((1, self.capacity), dtype=torch.bool, device=self.device)
-        visible[0, :t] = True
-        positions = torch.zeros((1, self.capacity), dtype=torch.long, device=self.device)
-        positions[0, :t] = torch.arange(t, device=self.device)
+        cols = torch.arange(self.capacity, device=self.device)  # [cap]
+        first = torch.tensor([starts[r] for r in rows], device=self.device)[:, None]  # [r, 1]
+        visible = (cols[None, :] >= first) & (cols[None, :] < t)  # [r, cap]
+        positions = torch.where(visible, cols[None, :] - first, 0)
         self.visible = torch.cat([self.visible, visible])
         self.positions = torch.cat([self.positions, positions])
         self.truncate(length)

@@ -2,7 +2,7 @@
 the batch at the next step boundary and leave when they finish or their client goes away.
 
 A request thread calls ``BatchLoop.submit`` and waits on the returned ``Job``; the loop admits waiting
-jobs (each prefilled alone, then joined), runs one forward for every row in flight, hands each row's
+jobs (prefilled together, then joined), runs one forward for every row in flight, hands each row's
 new tokens to its job's ``on_tokens`` and completes the jobs whose rows ended. A row never waits for
 another to finish: a long request costs the others one row's width per step, not its whole length.
 Each row's tokens are those of ``generate`` on its prompt alone (``engine/batch.py``).
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from autolade.engine.batch import BatchDecoder, Row, RowRequest
+from autolade.engine.batch_prefill import PrefillChoice
 from autolade.serve.turns import Cancelled
 
 
@@ -43,13 +44,15 @@ class BatchLoop:
     """Decodes every submitted job in one batch, ``max_rows`` rows at most (the rest wait their turn)."""
 
     def __init__(self, model: torch.nn.Module, *, max_rows: int = 8, start: bool = True,
-                 step_cost: Callable[[float], float] | None = None) -> None:
+                 step_cost: Callable[[float], float] | None = None, prefill_choice: PrefillChoice | None = None) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.model = model
         self.max_rows = max_rows
         self.step_cost = step_cost  # the machine's step curve c(k): each step's packed width follows it
-        self.decoder = BatchDecoder(model, step_cost=step_cost)
+        # rows admitted together: one padded prefill or one each, learned from their times; outlives the decoders
+        self.prefill_choice = prefill_choice or PrefillChoice(prior=next(model.parameters()).device.type == "cuda")
+        self.decoder = BatchDecoder(model, step_cost=step_cost, prefill_choice=self.prefill_choice)
         self.jobs: dict[int, Job] = {}  # row key -> job, for the rows in flight
         self.waiting: deque[Job] = deque()
         self.steps = 0  # batched forwards so far
@@ -91,8 +94,8 @@ class BatchLoop:
                     break
                 self._drop_waiting_cancelled()
                 admit = [self.waiting.popleft() for _ in range(min(len(self.waiting), self.max_rows - len(self.jobs)))]
-            for job in admit:
-                self._admit(job)
+            if admit:
+                self._admit(admit)
             self._drop_cancelled()
             if not self.decoder.rows:
                 continue
@@ -109,14 +112,25 @@ class BatchLoop:
             job.done.set()
         self.decoder.close()
 
-    def _admit(self, job: Job) -> None:
+    def _admit(self, jobs: list[Job]) -> None:
+        """Prefill the jobs together (``BatchDecoder.add_many``: keys in request order, from ``next_key``).
+        If a group's forward fails, the groups before it are in; its jobs and the rest retry alone, so that
+        only a job at fault gets an error."""
+        first = self.decoder.next_key
         try:
-            key = self.decoder.add(job.request)
-        except Exception as exc:
-            job.error = exc
-            job.done.set()
-            return
-        self.jobs[key] = job
+            self.decoder.add_many([job.request for job in jobs])
+        except Exception:
+            pass
+        admitted = {row.key for row in self.decoder.rows} | set(self.decoder.finished)
+        for key, job in enumerate(jobs, start=first):
+            if key not in admitted:
+                try:
+                    key = self.decoder.add(job.request)
+                except Exception as exc:
+                    job.error = exc
+                    job.done.set()
+                    continue
+            self.jobs[key] = job
         self._complete()  # a row may end at its first token
 
     def _drop_waiting_cancelled(self) -> None:
@@ -147,4 +161,4 @@ class BatchLoop:
             job.done.set()
         self.jobs.clear()
         self.decoder.close()
-        self.decoder = BatchDecoder(self.model, step_cost=self.step_cost)  # a fresh cache: the failed step may have left it half written
+        self.decoder = BatchDecoder(self.model, step_cost=self.step_cost, prefill_choice=self.prefill_choice)  # a fresh cache: the failed step may have left it half written
