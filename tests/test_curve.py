@@ -13,11 +13,13 @@ from autolade.records.curve import StepCurve, packed_tokens
 # --- curve arithmetic --------------------------------------------------------------------
 
 
-def test_cost_interpolates_and_clamps():
+def test_cost_interpolates_clamps_below_and_extrapolates_past_the_largest_k():
     curve = StepCurve(points={100: {1: 10.0, 4: 16.0, 8: 40.0}, 300: {1: 20.0, 4: 26.0, 8: 60.0}})
     assert curve.cost(1, 100) == 10.0
     assert curve.cost(2, 100) == 12.0  # linear between k=1 and k=4
-    assert curve.cost(100, 100) == 40.0  # clamped past the largest k
+    assert curve.cost(100, 100) == 40.0 + 6.0 * 92  # the last segment (24 ms over 4 tokens) goes on
+    assert StepCurve(points={100: {1: 10.0, 4: 12.0, 8: 11.0}}).cost(64, 100) == 11.0  # a dipping top: flat, never down
+    assert StepCurve(points={100: {1: 10.0}}).cost(8, 100) == 10.0  # one point: nothing to go on
     assert curve.cost(0.5, 100) == 10.0
     assert curve.cost(4, 200) == 21.0  # linear in context too
     assert curve.cost(4, 10_000) == 26.0
