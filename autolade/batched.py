@@ -39,6 +39,7 @@ class BatchStats:
     width_per_step: float  # the widest row's tokens per forward (every row is padded to it)
     alone_share: float  # of the row-steps, those the step budget packed as the last token alone (drafts not worth the width)
     cut_share: float  # of the row-steps, those the step budget packed with the first part of their tree only
+    rest_share: float  # of the row-steps, those that drafted nothing: the budget had packed the row alone lately
     hole_share: float  # of the cache columns the rows attend over, the share masked out (holes), over all steps
 
 
@@ -128,6 +129,7 @@ def batch_stats(log: BatchLog, done: list, wall: float) -> BatchStats:
         rows_per_step=mean([s.rows for s in log.steps]), packed_per_step=mean([s.packed for s in log.steps]),
         width_per_step=mean([s.width for s in log.steps]),
         alone_share=sum(s.alone for s in log.steps) / max(sum(s.rows for s in log.steps), 1),
+        rest_share=sum(s.rested for s in log.steps) / max(sum(s.rows for s in log.steps), 1),
         cut_share=sum(s.cut for s in log.steps) / max(sum(s.rows for s in log.steps), 1),
         hole_share=sum(s.holes for s in log.steps) / max(sum(s.rows * s.prefix for s in log.steps), 1),
     )  # fmt: skip

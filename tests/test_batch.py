@@ -8,7 +8,7 @@ from test_sampling import ALPHA, K, S, chi_square_p, exact_joint
 from tiny import ARCHS, hf_greedy, repetitive_prompt, tiny_gemma3
 
 from autolade.config import LookaheadConfig
-from autolade.engine.batch import BatchDecoder, RowRequest, decode_batch, pad_steps
+from autolade.engine.batch import REST_MAX, BatchDecoder, RowRequest, decode_batch, pad_steps
 from autolade.engine.batch_prefill import PrefillChoice
 from autolade.engine.layout import DraftTree, Layout
 from autolade.engine.recycle import NextTokenTable
@@ -144,6 +144,8 @@ def test_rows_the_budget_packs_alone_stay_exact_and_their_shadows_learn(arch):
     for p, row in zip(rows, done):
         assert row.out == reference(model, p, 30)
     assert sum(s.alone + s.cut for s in log.steps) > 0, "the budget must have cut some rows' drafts"
+    assert sum(s.rested for s in log.steps) > 0, "a row packed alone rests from drafting for a few steps"
+    assert all(row.backoff <= REST_MAX for row in done)
     assert any(s.alone < s.rows for s in log.steps), "and let some draft"
     learned = [row.accepts.values for row in done]
     assert any(v[8] != learned[0][8] for v in learned[1:]), "each row learns its own acceptance curve"

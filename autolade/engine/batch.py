@@ -38,6 +38,10 @@ from .sources import Candidates
 from .steps import Policy, StaticPolicy, StepOutcome
 from .verify import GreedyVerifier
 
+# a row the budget packed alone skips drafting for 1, 2, 4, ... up to this many steps (then drafts, and the budget
+# decides again): its trees cost host time every step (prompt lookup, memory, recycling, layout) for nothing
+REST_MAX = 16
+
 
 @dataclass(frozen=True, kw_only=True)
 class RowRequest:
@@ -70,6 +74,8 @@ class Row:
     accepts: AcceptanceCurve = field(default_factory=AcceptanceCurve)  # accepted drafts per step by tree cut
     shadow: DraftTree | None = None  # a whole tree the step budget cut, walked against the tokens that came
     shadow_tokens: list[int] = field(default_factory=list)  # tokens emitted since that step
+    rest: int = 0  # steps left that this row skips drafting (the budget packed it alone: its drafts did not pay)
+    backoff: int = 0  # the length of its last rest: doubled each time it is packed alone again, up to REST_MAX
 
     def follow_shadow(self, tokens: list[int]) -> None:
         """Walk the cut tree along the tokens that came; once it ends or they differ, its path says what
@@ -104,6 +110,7 @@ class BatchStep:
     cut: int  # rows the step budget packed with part of their tree (no window), alone not included
     forward_ms: float
     step_ms: float
+    rested: int = 0  # rows that drafted nothing this step: the budget had packed them alone lately (``REST_MAX``)
 
 
 @dataclass
@@ -211,18 +218,30 @@ class BatchDecoder:
 
     def _step(self) -> dict[int, list[int]]:
         t0 = self.clock.now()
-        plans, drafted, steps = [], [], []
+        plans, drafted, steps, rested = [], [], [], 0
         for row in self.rows:
             tp = self.clock.now()
             plan = row.policy.plan()
             row.log.policy_ms += self.clock.since(tp) * 1e3
-            d = row.drafter.tree(plan)
-            steps.append(self.layout.build(d.tree, row.drafter.window_rows(plan), t=row.length))
+            if row.rest > 0:  # packed alone lately: no drafts this step
+                row.rest, rested = row.rest - 1, rested + 1
+                plan = replace(plan, window=0, guesses=0, draft_len=0, drafts=0, recycle=0)
+                d = Drafted(tree=DraftTree(row.drafter.tokens[-1]), ends={}, found={})
+                steps.append(self.layout.build(d.tree, None, t=row.length))
+            else:
+                d = row.drafter.tree(plan)
+                steps.append(self.layout.build(d.tree, row.drafter.window_rows(plan), t=row.length))
             plans.append(plan)
             drafted.append(d)
         whole = [len(d.tree) for d in drafted]
         widths = step_widths(self.step_cost, [s.size for s in steps], whole, [row.accepts for row in self.rows])
         cut = [w < s.size for w, s in zip(widths, steps)]
+        for row, w, n in zip(self.rows, widths, whole):
+            if w == 1 < n:  # its drafts did not pay for the width: rest from drafting, longer each time
+                row.backoff = min(max(1, 2 * row.backoff), REST_MAX)
+                row.rest = row.backoff
+            elif w > 1:
+                row.backoff = 0
         for b in [b for b in range(len(cut)) if cut[b]]:  # the whole tree is walked later against what came
             row, nodes = self.rows[b], widths[b]
             if row.shadow is None and whole[b] > 1:
@@ -254,7 +273,8 @@ class BatchDecoder:
         width = ids.shape[1]
         self.log.steps.append(BatchStep(rows=len(self.rows), packed=sum(s.size for s in steps), width=width, prefix=base,
                                         holes=holes, alone=sum(w == 1 < n for w, n in zip(widths, whole)),
-                                        cut=sum(1 < w < n for w, n in zip(widths, whole)), forward_ms=forward_s * 1e3, step_ms=step_s * 1e3))
+                                        cut=sum(1 < w < n for w, n in zip(widths, whole)), forward_ms=forward_s * 1e3, step_ms=step_s * 1e3,
+                                        rested=rested))
         self._finish_step(steps, drafted, plans, kept, cut, new_tokens, step_s, forward_s)
         return new_tokens
 
