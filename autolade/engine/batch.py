@@ -30,7 +30,7 @@ from .budget import AcceptanceCurve, cut_tree, step_widths
 from .clock import DeviceClock
 from .decode import PROMPT_OBSERVED, DecodeLog, ModelRunner, StepRecord, commit_tokens, prefill
 from .drafter import Drafted, Drafter
-from .layout import DraftTree, Layout, PackedStep
+from .layout import DraftTree, Layout, PackedStep, additive
 from .memory import AnswerMemory
 from .prompt_lookup import PromptLookupSource
 from .recycle import NextTokenTable
@@ -134,12 +134,11 @@ class BatchDecoder:
         self.finished: dict[int, Row] = {}
         self.log = BatchLog()
         self._keys = 0
-        self.vocab = int(getattr(model.config, "get_text_config", lambda: model.config)().vocab_size)
         # c(k): a forward of k tokens (all rows, padding included), from the machine's step curve; with it each
         # step's width is the one with the most expected tokens per ms (``budget.step_widths``); None: no cuts
         self.step_cost = step_cost
         # rows joining together: one padded prefill or one each, by measured time (before any: together on a GPU)
-        self.prefill_choice = prefill_choice or PrefillChoice(prior=self.runner.device.type == "cuda")
+        self.prefill_choice = prefill_choice or PrefillChoice.for_device(self.runner.device)
 
     def add(self, request: RowRequest) -> int:
         """Prefill ``request``'s prompt and add it to the batch; returns its key."""
@@ -165,16 +164,16 @@ class BatchDecoder:
                             verifier=request.verifier or GreedyVerifier()))
         keeps = [min(len(r.request.prompt), PROMPT_OBSERVED) if r.drafter.recycler is not None else 1 for r in rows]
         with torch.inference_mode():
-            for group in prefill_groups([len(r.request.prompt) for r in rows], keeps, vocab=self.vocab):
+            for group in prefill_groups([len(r.request.prompt) for r in rows], keeps, vocab=self.runner.vocab):
                 together = self.prefill_choice.together(len(group))
                 for part in [group] if together else [[i] for i in group]:
-                    t0 = self.clock.now()
-                    self._prefill([rows[i] for i in part], [keeps[i] for i in part])
-                    self.prefill_choice.record(together, self.clock.since(t0) * 1e3, sum(len(rows[i].request.prompt) for i in part))
+                    ms = self._prefill([rows[i] for i in part], [keeps[i] for i in part])
+                    self.prefill_choice.record(together, ms, sum(len(rows[i].request.prompt) for i in part))
         return [row.key for row in rows]
 
-    def _prefill(self, rows: list[Row], keeps: list[int]) -> None:
-        """One forward for ``rows``' prompts; each row's first token; the rows that go on join the cache."""
+    def _prefill(self, rows: list[Row], keeps: list[int]) -> float:
+        """One forward for ``rows``' prompts; each row's first token; the rows that go on join the cache.
+        Returns the ms it took."""
         t0 = self.clock.now()
         self.log.prefills += 1
         prompts = [[int(t) for t in row.request.prompt] for row in rows]
@@ -199,10 +198,11 @@ class BatchDecoder:
                 staying.append(i)
         self.cache.join(cache, starts=starts, rows=staying)
         self.rows.extend(rows[i] for i in staying)
-        share = self.clock.since(t0) * 1e3 / len(rows)  # the group's prefill, shared out
+        ms = self.clock.since(t0) * 1e3
         for row in rows:
-            row.log.prefill_ms = share
-        self.log.prefill_ms += share * len(rows)
+            row.log.prefill_ms = ms / len(rows)  # the group's prefill, shared out
+        self.log.prefill_ms += ms
+        return ms
 
     def _commit(self, row: Row, tokens: list[int]) -> bool:
         r = row.request
@@ -314,13 +314,13 @@ class BatchDecoder:
         length = self.cache.length
         prefix = self.cache.visible[:, :length]  # [B, L]
         visible = torch.cat([prefix[:, None, :].expand(n, k, length), block], dim=2)  # [B, K, L + K]
-        full = _additive(visible, self.runner.dtype)
+        full = additive(visible, self.runner.dtype)
         window = self.runner.sliding_window
         if window is None:
             return full
         keys = torch.cat([self.cache.positions[:, :length], positions], dim=1)  # [B, L + K]
         near = keys[:, None, :] > positions[:, :, None] - window  # [B, K, L + K]
-        return self.runner.per_layer_type(full, _additive(visible & near, self.runner.dtype))
+        return self.runner.per_layer_type(full, additive(visible & near, self.runner.dtype))
 
     def cancel(self, key: int) -> Row:
         """Drop a running row now, between steps (its client went away); it is not among ``finished``."""
@@ -367,11 +367,6 @@ def pad_steps(steps: Sequence[PackedStep], lengths: Sequence[int]):
     device = steps[0].input_ids.device
     return (torch.from_numpy(ids).to(device), torch.from_numpy(pos).to(device), torch.from_numpy(block).to(device),
             torch.from_numpy(union).to(device), [w.to(device) for w in where])
-
-
-def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]  # [B, 1, K, L + K]
 
 
 def decode_batch(model: torch.nn.Module, requests: Sequence[RowRequest], *, attention: AttentionPlan | None = None,

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from .cache import KVCache
+from .layout import additive
 
 PAD_WASTE = 1.25  # a group's padded tokens may be at most this many times its real prompt tokens
 ELEMENT_BUDGET = 1 << 26  # a group's mask (n x T x T) and kept logits (n x keep x V) each stay under 64M elements
@@ -70,19 +71,14 @@ def prefill_rows(runner, prompts: Sequence[Sequence[int]], keeps: Sequence[int])
     columns ``starts[b]..T-1``), the starts, and row b's logits [keeps[b], V] after its last prompt tokens."""
     ids, positions, starts = padded_prompts(prompts)
     n, t = ids.shape
-    full = _additive(prompt_visibility(starts, t), runner.dtype, runner.device)
+    full = additive(prompt_visibility(starts, t).to(runner.device), runner.dtype)  # [n, 1, T, T]
     mask = full if runner.sliding_window is None else runner.per_layer_type(
-        full, _additive(prompt_visibility(starts, t, window=runner.sliding_window), runner.dtype, runner.device))
+        full, additive(prompt_visibility(starts, t, window=runner.sliding_window).to(runner.device), runner.dtype))
     cache = runner.new_cache(t + 1)
     m = max(keeps)
     logits = runner.rows_forward(ids.to(runner.device), positions.to(runner.device), cache, mask=mask, keep=m,
                                  kind="packed")  # [n, m, V]
     return cache, starts, [logits[b, m - k :] for b, k in enumerate(keeps)]
-
-
-def _additive(visible: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    mask = torch.zeros(visible.shape, dtype=dtype)
-    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[:, None].to(device)  # [n, 1, T, T]
 
 
 class PrefillChoice:
@@ -104,6 +100,11 @@ class PrefillChoice:
         self.learn = learn
         self.ms_per_token: dict[bool, float] = {}  # together? -> EMA of prefill ms per real prompt token
         self.groups = 0  # groups of 2+ rows decided so far
+
+    @classmethod
+    def for_device(cls, device: torch.device) -> PrefillChoice:
+        """Learning, with the prior a device suggests before any timing: together on a GPU (launch-bound)."""
+        return cls(prior=device.type == "cuda")
 
     def together(self, rows: int) -> bool:
         if rows < 2:

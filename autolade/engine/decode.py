@@ -65,6 +65,7 @@ class ModelRunner:
         self.model = model
         cfg = getattr(model.config, "get_text_config", lambda: model.config)()
         self.num_layers = int(cfg.num_hidden_layers)
+        self.vocab = int(cfg.vocab_size)
         params = inspect.signature(model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
         layer_types = list(getattr(cfg, "layer_types", None) or [])

@@ -157,6 +157,12 @@ class Layout:
         )
 
 
+def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[B, 1, Q, K] additive mask from a [B, Q, K] visibility: 0 = visible, dtype's min = hidden."""
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    return mask.masked_fill_(~visible, torch.finfo(dtype).min)[:, None]
+
+
 def additive_mask(
     step: PackedStep, *, prefix_len: int, dtype: torch.dtype, device: torch.device, sliding_window: int | None = None
 ) -> torch.Tensor:

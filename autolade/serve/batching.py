@@ -51,7 +51,7 @@ class BatchLoop:
         self.max_rows = max_rows
         self.step_cost = step_cost  # the machine's step curve c(k): each step's packed width follows it
         # rows admitted together: one padded prefill or one each, learned from their times; outlives the decoders
-        self.prefill_choice = prefill_choice or PrefillChoice(prior=next(model.parameters()).device.type == "cuda")
+        self.prefill_choice = prefill_choice or PrefillChoice.for_device(next(model.parameters()).device)
         self.decoder = BatchDecoder(model, step_cost=step_cost, prefill_choice=self.prefill_choice)
         self.jobs: dict[int, Job] = {}  # row key -> job, for the rows in flight
         self.waiting: deque[Job] = deque()
@@ -119,7 +119,7 @@ class BatchLoop:
         first = self.decoder.next_key
         try:
             self.decoder.add_many([job.request for job in jobs])
-        except Exception:
+        except Exception:  # the jobs it left out retry alone below, each getting its own error
             pass
         admitted = {row.key for row in self.decoder.rows} | set(self.decoder.finished)
         for key, job in enumerate(jobs, start=first):
