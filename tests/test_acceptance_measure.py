@@ -111,3 +111,34 @@ def test_measure_smollm2_two_prompts(smollm2):
     assert t.row("W4 N4 G4").tokens_per_step >= 1.0
     assert t.row("W4 N4 G4").packed_mean > 1.0
     assert AcceptanceTable.from_json(t.to_json()) == t
+
+
+def test_a_recount_counts_named_rows_on_more_prompts_and_keeps_the_rest():
+    """`autolade accept --recount`: the named rows counted again on more prompts (each row keeps its own prompt
+    count), the others untouched; run again it keeps what it counted; a name the table lacks is refused."""
+    from autolade.tuning.acceptance_measure import measure_row, recount_rows
+
+    model = tiny_llama()
+    first, more = [repetitive_prompt(seed=1)], [repetitive_prompt(seed=s) for s in (1, 2, 3)]
+    table = measure_acceptance(model, first, (GREEDY_SETTING, LOOKUP4, WINDOW), max_new_tokens=16, workload="chat")
+    saved, lines = [], []
+    again = recount_rows(model, more, table, [WINDOW.label], progress=lines.append, on_row=saved.append)
+    assert len(saved) == 1 and saved[0] == again and "over 3 prompts (was" in lines[0]
+    assert again.row_prompts(again.row(WINDOW.label)) == 3 and again.prompts == 1
+    engine = measure_row(model, more, WINDOW, max_new_tokens=16)
+    got = again.row(WINDOW.label)
+    assert (got.steps, got.tokens, got.packed_hist) == (engine.steps, engine.tokens, engine.packed_hist)
+    assert got.steps > table.row(WINDOW.label).steps  # three prompts' steps, not one's
+    assert [again.row(label) for label in ("greedy", LOOKUP4.label)] == [table.row("greedy"), table.row(LOOKUP4.label)]
+    assert AcceptanceTable.from_json(again.to_json()).row(WINDOW.label).prompts == 3
+    lines = []
+    assert recount_rows(model, more, again, [WINDOW.label], progress=lines.append) == again
+    assert "counted on 3 prompts already: kept" in lines[0]
+    # a table with re-counted rows still resumes a plain run over its first prompts
+    resumed = measure_acceptance(model, first, (GREEDY_SETTING, LOOKUP4, WINDOW), max_new_tokens=16, workload="chat",
+                                 resume_from=again)
+    assert resumed.rows == again.rows
+    with pytest.raises(ProfileError, match="no row 'W9 N9 G9'.*greedy"):
+        recount_rows(model, more, table, ["W9 N9 G9"])
+    with pytest.raises(ProfileError, match="at least one prompt"):
+        recount_rows(model, [], table, [WINDOW.label])

@@ -96,3 +96,36 @@ def test_a_table_grown_by_replay_resumes_measuring_only_the_new_settings():
     other = measure_acceptance(model, [easy], [GREEDY_SETTING], max_new_tokens=40, workload="chat",
                                prompt_set="chat tuning split[:2]", resume_from=grown)
     assert other.prompts == 1 and [r.label for r in other.rows] == ["greedy"] and other.row("greedy").counted_by == "engine"
+
+
+def test_a_row_recounted_on_more_prompts_gets_the_scale_of_its_own_count():
+    """`accept --recount` on a table grown by replay: the re-counted row rests on 2 of the 3 replayed prompts, so
+    its scale is the replayed settings' 3-prompt over 2-prompt ratio, while the rows still on 1 keep theirs;
+    and a plain `accept` over the engine's first prompt still resumes that table instead of starting over."""
+    from dataclasses import replace
+
+    from autolade.records.acceptance import REPLAYED_ON
+    from autolade.tuning.acceptance_measure import recount_rows
+    from autolade.tuning.acceptance_replay import sample_scale
+    from autolade.tuning.replay import Trace
+
+    model = tiny_llama()
+    easy = repetitive_prompt(seed=0)
+    hard = torch.randperm(90, generator=torch.Generator().manual_seed(5))[:40].add(3)
+    prompts, lookups = [easy, hard, hard.flip(0)], [Setting.of(SCALED_LOOKUP), LOOKUP4, GREEDY_SETTING]
+    other = Setting.of(LookaheadConfig(window=7, ngram=2, guesses=7, prompt_lookup=0))
+    base = measure_acceptance(model, [easy], [WINDOW, other, GREEDY_SETTING], max_new_tokens=40, workload="chat",
+                              prompt_set="chat tuning split[:1]")
+    grown = add_replayed_rows(replace(base, prompt_set=f"chat tuning split[:1]{REPLAYED_ON}chat tuning split[:3]"),
+                              model, prompts, lookups)
+    recounted = recount_rows(model, prompts[:2], grown, [WINDOW.label])
+    assert recounted.row(WINDOW.label).sample_scale == 1.0  # not refreshed by the re-count itself
+    done = add_replayed_rows(recounted, model, prompts, lookups)
+    traces = [Trace(tuple(p.tolist()) if p.dim() == 1 else tuple(p[0].tolist()), tuple(
+        model.generate(p.view(1, -1), max_new_tokens=40, do_sample=False)[0, p.numel():].tolist())) for p in prompts]
+    assert done.row_prompts(done.row(WINDOW.label)) == 2
+    assert done.row(WINDOW.label).sample_scale == pytest.approx(sample_scale(lookups, traces, 2))
+    assert done.row(other.label).sample_scale == grown.row(other.label).sample_scale  # still on its 1 prompt
+    resumed = measure_acceptance(model, [easy], [WINDOW, other, GREEDY_SETTING], max_new_tokens=40, workload="chat",
+                                 prompt_set="chat tuning split[:1]", resume_from=done)
+    assert resumed.row(WINDOW.label) == done.row(WINDOW.label) and resumed.prompts == 3

@@ -202,3 +202,35 @@ def test_generate_with_a_corrupt_store_decodes_and_leaves_it_alone(tmp_path, set
     assert res.exit_code == 0, res.output + repr(res.exception)
     assert db.read_bytes() == before and sorted(p.name for p in db.parent.iterdir() if p.is_file()) == ["autolade.db"]
     assert ("could not be read" in res.output) == (not settings), res.output
+
+
+def test_accept_recounts_named_rows_on_more_prompts(tmp_path):
+    """`autolade accept --recount LABEL -p M`: the named rows of the table already made (the -o file) counted
+    again on M prompts, the others kept; refused before any counting without a table, with a grid, or for a
+    row the table lacks."""
+    import json
+
+    from autolade.records.acceptance import read_acceptance_file
+
+    model = _tiny_model_dir(tmp_path)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": " ".join(f"w{3 + (i * j) % 9}" for j in range(24))})
+                               + "\n" for i in range(8)))
+    table, base = tmp_path / "t.json", ["accept", "--model", model, "--workload", str(prompts), "-o", str(tmp_path / "t.json")]
+    missing = CliRunner().invoke(cli, [*base, "--recount", "W2 N3 G2"])
+    assert missing.exit_code != 0 and "no acceptance table to re-count rows of" in missing.output
+    made = CliRunner().invoke(cli, [*base, "-p", "1", "-n", "12", "--grid", "compact"])
+    assert made.exit_code == 0, made.output
+    before = read_acceptance_file(table)
+    res = CliRunner().invoke(cli, [*base, "-p", "3", "--recount", "W2 N3 G2"])
+    assert res.exit_code == 0, res.output
+    assert "re-counting 1 rows on 3 prompts x 12 tokens" in res.output and "over 3 prompts (was" in res.output
+    after = read_acceptance_file(table)
+    assert after.row_prompts(after.row("W2 N3 G2")) == 3 and after.row("W2 N3 G2").steps > before.row("W2 N3 G2").steps
+    assert [r for r in after.rows if r.label != "W2 N3 G2"] == [r for r in before.rows if r.label != "W2 N3 G2"]
+    for args, expected in ((["--recount", "W9 N9 G9"], "no row 'W9 N9 G9'"),
+                           (["--recount", "W2 N3 G2", "--grid", "full"], "drop --grid and --replay-prompts"),
+                           (["--recount", "W2 N3 G2", "-n", "20"], "the table counts 12 new tokens per prompt: pass -n 12")):
+        bad = CliRunner().invoke(cli, [*base, "-p", "4", *args])
+        assert bad.exit_code != 0 and expected in bad.output and "Traceback" not in bad.output, bad.output
+    assert read_acceptance_file(table) == after

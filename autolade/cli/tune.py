@@ -102,12 +102,17 @@ def tune_command(model, dtype, workload, trials, budget, storage, study_name, ma
               help="also count the prompt-lookup settings on M prompts by replaying one greedy run each (cheap)")
 @click.option("--traces", type=click.Path(dir_okay=False, exists=True), default=None,
               help="greedy outputs of this model and dtype already made (tools/draft_bound.py --save-traces), for the replay")
+@click.option("--recount", multiple=True, metavar="LABEL",
+              help="count only this row of the existing table (-o FILE, else the store's) again, on --prompts prompts "
+                   "(more than before); repeatable, e.g. --recount 'lookup 16x3 scaled + recycle 16, priced 0.025'")
 @click.option("--output", "-o", type=click.Path(dir_okay=False), default=None, help="also write the table as shareable JSON")
 @clean_errors
-def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, replay_prompts, traces, output):
+def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, replay_prompts, traces, recount, output):
     """Measure how many tokens each candidate setting accepts per step (never timed: hardware-free).
 
-    Saved to the store after every setting, so an interrupted run keeps what it measured."""
+    Saved to the store after every setting, so an interrupted run keeps what it measured. With --recount,
+    the named rows of the table already made are counted again on more prompts, and rows counted on fewer
+    prompts than its replayed ones get their sample scale refreshed (pass --traces to skip the greedy pass)."""
     import platform
     from dataclasses import replace
     from pathlib import Path
@@ -128,6 +133,8 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
         raise click.BadParameter("--replay-prompts must be 0 (off) or more")
     if max_new_tokens < 1:
         raise click.BadParameter("--max-new-tokens must be at least 1")
+    if recount and (replay_prompts or click.get_current_context().get_parameter_source("grid").name != "DEFAULT"):
+        raise click.BadParameter("--recount counts named rows of the table already made: drop --grid and --replay-prompts")
     # the tuning split only: the held-out prompts stay unseen by every table, profile and tune (read before
     # the load, so that a bad --workload fails at once)
     tuning = split_workload(load_workload(workload), holdout_fraction=HOLDOUT_FRACTION)[0]
@@ -138,9 +145,10 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
     grid = {"compact": compact_grid, "lookup": lookup_grid}.get(grid, default_grid)()
     # with --replay-prompts M >= --prompts, replay counts the static prompt-lookup settings: the engine runs the rest
     engine_grid = [g for g in grid if not (replay_prompts >= n_prompts and replayable(g))]
-    click.echo(f"measuring {len(engine_grid)} settings on {len(ids)} {tag} prompts x {max_new_tokens} tokens"
-               f"{f', {len(grid) - len(engine_grid)} by replay on {replay_prompts}' if len(engine_grid) < len(grid) else ''}...",
-               err=True)
+    if not recount:
+        click.echo(f"measuring {len(engine_grid)} settings on {len(ids)} {tag} prompts x {max_new_tokens} tokens"
+                   f"{f', {len(grid) - len(engine_grid)} by replay on {replay_prompts}' if len(engine_grid) < len(grid) else ''}...",
+                   err=True)
     with ProfileStore() as store:
         # an interrupted run resumes: the -o file if it exists (a corrupt one stops here, untouched), else the store
         tfps = model_tokenizer_fingerprints(mdl, tok)
@@ -154,6 +162,13 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
             if output:
                 write_acceptance_file(table, output)
 
+        if recount:
+            table = _recount(mdl, tok, resume, recount, tuning, ids=ids, max_new_tokens=max_new_tokens,
+                             traces=traces, save=save)
+            click.echo(f"saved acceptance table ({len(table.rows)} settings) to {store.path}")
+            if output:
+                click.echo(f"wrote {output}")
+            return
         table = measure_acceptance(
             mdl, ids, engine_grid, max_new_tokens=max_new_tokens, workload=tag, tokenizer=tok,
             prompt_set=f"{tag} tuning split[:{len(ids)}]", measured_on=platform.node(),
@@ -172,3 +187,33 @@ def accept_command(model, workload, dtype, n_prompts, max_new_tokens, grid, repl
                    f"{table.workload}, tokenizer {table.tokenizer_fingerprint}) to {store.path}")
     if output:
         click.echo(f"wrote {output}")
+
+
+def _recount(mdl, tok, table, labels, tuning, *, ids, max_new_tokens, traces, save):
+    """``accept --recount``: the named rows of ``table`` counted on ``ids`` (the first prompts of ``tuning``),
+    then the sample scales of rows counted on fewer prompts than the replayed ones made again."""
+    from autolade.records.acceptance import REPLAYED_ON
+    from autolade.records.grid import default_grid
+    from autolade.tuning.acceptance_measure import recount_rows
+    from autolade.tuning.acceptance_replay import add_replayed_rows, read_traces
+    from autolade.workloads import encode_prompt
+
+    if table is None:
+        raise click.UsageError("no acceptance table to re-count rows of: run `autolade accept` first (or pass the "
+                               "table's file with -o)")
+    if max_new_tokens != table.max_new_tokens and click.get_current_context().get_parameter_source(
+            "max_new_tokens").name != "DEFAULT":
+        raise click.BadParameter(f"the table counts {table.max_new_tokens} new tokens per prompt: pass -n "
+                                 f"{table.max_new_tokens} (or leave -n out)")
+    click.echo(f"re-counting {len(labels)} rows on {len(ids)} prompts x {table.max_new_tokens} tokens...", err=True)
+    table = recount_rows(mdl, ids, table, labels, progress=lambda m: click.echo(m, err=True), on_row=save)
+    replayed = [table.row_prompts(r) for r in table.rows if r.counted_by == "replay"]
+    if REPLAYED_ON in table.prompt_set and replayed and len(ids) < max(replayed):
+        m = max(replayed)
+        click.echo(f"refreshing the sample scales against the {m} replayed prompts"
+                   f"{'' if traces else ' (one greedy run each: pass --traces to skip it)'}...", err=True)
+        more = [encode_prompt(tok, p.text, kind=p.kind) for p in tuning[:m]]
+        table = add_replayed_rows(table, mdl, more, default_grid(), progress=lambda msg: click.echo(msg, err=True),
+                                  outputs=read_traces(traces) if traces else None)
+    save(table)
+    return table

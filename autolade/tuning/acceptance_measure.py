@@ -1,7 +1,7 @@
 """Counting an acceptance table on the real engine: every setting on every prompt, greedy, never timed.
 
 ``measure_acceptance`` is what ``autolade accept`` runs (resumable: a table saved after each row
-skips the rows it has); ``row_from_runs`` counts a row from runs already made (the tuner's timed
+skips the rows it has), ``recount_rows`` what ``autolade accept --recount`` runs; ``row_from_runs`` counts a row from runs already made (the tuner's timed
 ones, or ``acceptance_replay``'s replayed ones).
 """
 
@@ -135,6 +135,42 @@ def measure_acceptance(
     return table
 
 
+def recount_rows(model: Any, prompts: Sequence[Any], table: AcceptanceTable, labels: Sequence[str], *,
+                 progress: Callable[[str], None] | None = None,
+                 on_row: Callable[[AcceptanceTable], None] | None = None) -> AcceptanceTable:
+    """``table`` with the engine rows named by ``labels`` counted again on ``prompts``: the first
+    ``len(prompts)`` of the split its rows were counted on, more of them than before, so the top settings'
+    ranking rests on more than a handful of prompts without re-counting the whole grid. Each row keeps its
+    own prompt count (``AcceptanceRow.prompts``); a row already counted on at least as many prompts is kept
+    (a re-count resumes). ``on_row`` gets the table after each row, as in ``measure_acceptance``. The
+    rows' ``sample_scale`` is not refreshed here: ``acceptance_replay.add_replayed_rows`` does that."""
+    if not prompts:
+        raise ProfileError("recount_rows needs at least one prompt")
+    known = {r.label: r for r in table.rows}
+    unknown = [label for label in labels if label not in known]
+    if unknown:
+        raise ProfileError(f"the table has no row {unknown[0]!r}: re-count one of its rows, named as `autolade accept` "
+                           f"lists them ({', '.join(sorted(known))})")
+    replayed = [label for label in labels if known[label].counted_by == "replay"]
+    if replayed:
+        raise ProfileError(f"{replayed[0]!r} is counted by replay, not by the engine: grow it with --replay-prompts")
+    for i, label in enumerate(dict.fromkeys(labels), 1):
+        before = table.row_prompts(table.row(label))
+        if before >= len(prompts):
+            if progress is not None:
+                progress(f"[{i}/{len(labels)}] {label:<34} counted on {before} prompts already: kept")
+            continue
+        row = replace(measure_row(model, prompts, table.row(label).setting, max_new_tokens=table.max_new_tokens),
+                      prompts=len(prompts))
+        table = table.with_row(row)
+        if progress is not None:
+            progress(f"[{i}/{len(labels)}] {label:<34} {row.tokens_per_step:5.2f} tokens/step over {len(prompts)} "
+                     f"prompts (was {known[label].tokens_per_step:.2f} over {before})")
+        if on_row is not None:
+            on_row(table)
+    return table
+
+
 def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:
     """Whether ``a`` was measured on the same model, tokenizer, dtype, workload, prompts and length as ``b``,
     or is that measurement grown by replay since (``add_replayed_rows``): its engine rows still counted on
@@ -145,5 +181,6 @@ def _same_measurement(a: AcceptanceTable, b: AcceptanceTable) -> bool:
     if (a.prompts, a.prompt_set) == (b.prompts, b.prompt_set):
         return True
     engine = [r for r in a.rows if r.counted_by == "engine"]
+    # rows re-counted on more prompts of the same split (``recount_rows``) still count these first ones
     return (REPLAYED_ON in a.prompt_set and engine_prompt_set(a.prompt_set) == b.prompt_set
-            and all(a.row_prompts(r) == b.prompts for r in engine))
+            and all(a.row_prompts(r) >= b.prompts for r in engine))
