@@ -359,3 +359,36 @@ def test_two_processes_saving_at_once_lose_nothing(tmp_path):
     assert len(rows) == 80 and len({p.id for p in rows}) == 80
     assert {p.workload for p in rows} == {f"{t}-{i}" for t in "ab" for i in range(40)}
     assert applied_migrations(store.db) == [name for name, _ in MIGRATIONS]
+
+
+def _held_open_then_killed(path: str, opened, closed) -> None:
+    """A process that keeps one store open (as `autolade accept` does), opens a second in passing (as each
+    generate() does to read settings), saves after another process closed its own, and dies without closing."""
+    import os
+
+    store = ProfileStore(path)
+    ProfileStore(path).close()
+    opened.set()
+    closed.wait(60)
+    store.save(make_profile(workload="saved-before-the-kill"))
+    os._exit(0)  # killed: no close, no checkpoint; what was committed must still be there
+
+
+def test_a_store_held_open_keeps_its_saves_when_another_process_closes_one(tmp_path):
+    """Closing a plain descriptor of the database file drops every POSIX lock the process holds on it: the
+    store's old header check did that, so another process's close deleted the WAL under a store held open and
+    its next saves were lost (a killed `accept --recount` kept none of its rows)."""
+    path = str(tmp_path / "autolade.db")
+    ProfileStore(path).close()
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    opened, closed = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_held_open_then_killed, args=(path, opened, closed))
+    proc.start()
+    assert opened.wait(60)
+    ProfileStore(path).close()  # another process (a `profiles list`) opens and closes the store meanwhile
+    assert (tmp_path / "autolade.db-wal").exists(), "the WAL of a store held open must survive another's close"
+    closed.set()
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert [p.workload for p in ProfileStore(path).list()] == ["saved-before-the-kill"]

@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 DB_NAME = "autolade.db"
-SQLITE_HEADER = b"SQLite format 3\x00"
 DEFAULT_BUSY_TIMEOUT = 30.0  # seconds a writer waits for another process's write to finish
 
 
@@ -350,21 +349,35 @@ def _retry_locked(fn: Callable[[], None], *, timeout: float) -> None:
 
 
 def _refuse_non_sqlite(path: Path) -> None:
-    """A non-empty file without the SQLite header is refused before sqlite3 ever opens it."""
+    """A non-empty file that is not an SQLite database is refused before it is ever opened to write.
+
+    Read through SQLite (read-only), never with a plain ``open()``: closing a plain descriptor of a database
+    file drops every POSIX lock this process holds on it, so a store already open in this process (the one
+    ``autolade accept`` or ``tune`` keeps while ``generate()`` opens its own to read settings) lost its locks;
+    another process closing the store then deleted the WAL under it, and what it saved next was lost
+    (measured: a killed `accept --recount` kept none of its saved rows; SQLite's "How To Corrupt" 2.2).
+    SQLite's own connections share their locks within a process."""
     if not path.exists():
         return
     if path.is_dir():
         raise StoreError(f"{path} is a directory, not a profile database")
     try:
-        with path.open("rb") as f:
-            head = f.read(len(SQLITE_HEADER))
+        if path.stat().st_size == 0:
+            return
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=DEFAULT_BUSY_TIMEOUT)
+        try:
+            conn.execute("select count(*) from sqlite_master").fetchone()
+        finally:
+            conn.close()
     except OSError as exc:
         raise StoreError(f"cannot read profile database {path}: {exc}") from None
-    if head and head != SQLITE_HEADER:
+    except sqlite3.DatabaseError as exc:
+        if "not a database" not in str(exc) and "encrypted" not in str(exc):
+            return  # locked, unreadable -shm, malformed pages: the real open says what and how to fix it
         raise StoreError(
             f"{path} is not an SQLite database (corrupt, or another kind of file); autolade leaves it untouched. "
             "Move it aside (e.g. mv it to a .bak name) or point AUTOLADE_HOME at another directory."
-        )
+        ) from None
 
 
 # --- rows <-> profiles ----------------------------------------------------------------------
