@@ -142,3 +142,19 @@ def test_a_recount_counts_named_rows_on_more_prompts_and_keeps_the_rest():
         recount_rows(model, more, table, ["W9 N9 G9"])
     with pytest.raises(ProfileError, match="at least one prompt"):
         recount_rows(model, [], table, [WINDOW.label])
+
+
+def test_counts_do_not_follow_this_machines_curve():
+    """A stored curve with c(2) < c(1) pads a drafting call's lone steps on this machine; a table is
+    hardware-free, so its counts stay those of the unpadded engine (the prediction prices lone steps at c(2))."""
+    from test_settings import _save_curve
+
+    from autolade.tuning.acceptance_measure import measure_row
+
+    model, prompts = tiny_llama(), [repetitive_prompt(seed=3)]
+    lookup = Setting.of(LookaheadConfig(window=0, prompt_lookup=4))
+    before = measure_row(model, prompts, lookup, max_new_tokens=30)
+    _save_curve(model, {128: {1: 224.4, 2: 196.3, 4: 213.6, 8: 233.5, 16: 306.9}})
+    assert api.generate(model, prompts[0], max_new_tokens=30, config=lookup.config, memory=False).stats.padded
+    after = measure_row(model, prompts, lookup, max_new_tokens=30)
+    assert 1 in after.packed_hist and (after.packed_hist, after.steps) == (before.packed_hist, before.steps)

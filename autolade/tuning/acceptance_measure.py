@@ -19,8 +19,8 @@ from autolade.records.vocab import model_tokenizer_fingerprint
 
 
 def measure_row(model: Any, prompts: Sequence[Any], setting: Setting, *, max_new_tokens: int) -> AcceptanceRow:
-    """Run the real engine (``autolade.api.generate``, greedy, explicit config and policy) on every
-    prompt and count what it accepted and packed. Nothing is timed."""
+    """Run the real engine (``autolade.api.generate``, greedy, explicit config and policy, lone steps
+    never padded) on every prompt and count what it accepted and packed. Nothing is timed."""
     import torch
 
     from autolade.api import generate
@@ -30,8 +30,10 @@ def measure_row(model: Any, prompts: Sequence[Any], setting: Setting, *, max_new
         ids = ids if isinstance(ids, torch.Tensor) else torch.tensor(ids, dtype=torch.long)
         ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
         price = False if setting.token_cost is None else setting.token_cost  # counts of the setting alone, at its price
+        # never padded: a lone step's filler draft follows this machine's curve (c(2) < c(1)), and a table is
+        # hardware-free; the prediction prices lone steps at c(2) where the curve pads them
         res = generate(model, ids, max_new_tokens=max_new_tokens, config=setting.config, policy=setting.policy,
-                       memory=False, price_drafts=price)
+                       memory=False, price_drafts=price, pad_single=False)
         runs.append((ids.shape[1], res.stats))
     return row_from_runs(setting, runs)
 
