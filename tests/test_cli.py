@@ -219,15 +219,18 @@ def test_accept_recounts_named_rows_on_more_prompts(tmp_path):
     table, base = tmp_path / "t.json", ["accept", "--model", model, "--workload", str(prompts), "-o", str(tmp_path / "t.json")]
     missing = CliRunner().invoke(cli, [*base, "--recount", "W2 N3 G2"])
     assert missing.exit_code != 0 and "no acceptance table to re-count rows of" in missing.output
-    made = CliRunner().invoke(cli, [*base, "-p", "1", "-n", "12", "--grid", "compact"])
+    made = CliRunner().invoke(cli, [*base, "-p", "1", "-n", "12", "--grid", "compact", "--replay-prompts", "5"])
     assert made.exit_code == 0, made.output
     before = read_acceptance_file(table)
     res = CliRunner().invoke(cli, [*base, "-p", "3", "--recount", "W2 N3 G2"])
     assert res.exit_code == 0, res.output
     assert "re-counting 1 rows on 3 prompts x 12 tokens" in res.output and "over 3 prompts (was" in res.output
+    assert "refreshing the sample scales against the 5 replayed prompts" in res.output
     after = read_acceptance_file(table)
     assert after.row_prompts(after.row("W2 N3 G2")) == 3 and after.row("W2 N3 G2").steps > before.row("W2 N3 G2").steps
+    # the rest as they were (the replay of the table's own settings makes their 1-prompt scale again, the same)
     assert [r for r in after.rows if r.label != "W2 N3 G2"] == [r for r in before.rows if r.label != "W2 N3 G2"]
+    assert "W2 N3 G2" in res.output.split("refreshing")[1] and "counted on 3 prompts" in res.output
     for args, expected in ((["--recount", "W9 N9 G9"], "no row 'W9 N9 G9'"),
                            (["--recount", "W2 N3 G2", "--grid", "full"], "drop --grid and --replay-prompts"),
                            (["--recount", "W2 N3 G2", "-n", "20"], "the table counts 12 new tokens per prompt: pass -n 12")):

@@ -193,7 +193,6 @@ def _recount(mdl, tok, table, labels, tuning, *, ids, max_new_tokens, traces, sa
     """``accept --recount``: the named rows of ``table`` counted on ``ids`` (the first prompts of ``tuning``),
     then the sample scales of rows counted on fewer prompts than the replayed ones made again."""
     from autolade.records.acceptance import REPLAYED_ON
-    from autolade.records.grid import default_grid
     from autolade.tuning.acceptance_measure import recount_rows
     from autolade.tuning.acceptance_replay import add_replayed_rows, read_traces
     from autolade.workloads import encode_prompt
@@ -213,7 +212,9 @@ def _recount(mdl, tok, table, labels, tuning, *, ids, max_new_tokens, traces, sa
         click.echo(f"refreshing the sample scales against the {m} replayed prompts"
                    f"{'' if traces else ' (one greedy run each: pass --traces to skip it)'}...", err=True)
         more = [encode_prompt(tok, p.text, kind=p.kind) for p in tuning[:m]]
-        table = add_replayed_rows(table, mdl, more, default_grid(), progress=lambda msg: click.echo(msg, err=True),
+        # the table's own prompt-lookup settings: the scale is their mean, so others would move every row's scale
+        table = add_replayed_rows(table, mdl, more, [r.setting for r in table.rows],
+                                  progress=lambda msg: click.echo(msg, err=True),
                                   outputs=read_traces(traces) if traces else None)
     save(table)
     return table

@@ -86,7 +86,7 @@ def add_replayed_rows(table: AcceptanceTable, model: Any, prompts: Sequence[Any]
             model, ids, max_new_tokens=table.max_new_tokens).tokens
         traces.append(Trace(tuple(ids[0].tolist()), tuple(out)))
         if progress is not None:
-            progress(f"  greedy output {i + 1}/{len(prompts)}: {len(out)} tokens")
+            progress(f"  greedy output {i + 1}/{len(prompts)}: {len(out)} tokens{' (saved)' if known is not None else ''}")
     whole = {s.label: replay_row(s, traces) for s in wanted}
     for setting in wanted:
         row = whole[setting.label]
