@@ -148,6 +148,7 @@ def recount_rows(model: Any, prompts: Sequence[Any], table: AcceptanceTable, lab
     rows' ``sample_scale`` is not refreshed here: ``acceptance_replay.add_replayed_rows`` does that."""
     if not prompts:
         raise ProfileError("recount_rows needs at least one prompt")
+    labels = list(dict.fromkeys(labels))  # each row once
     known = {r.label: r for r in table.rows}
     unknown = [label for label in labels if label not in known]
     if unknown:
@@ -156,7 +157,7 @@ def recount_rows(model: Any, prompts: Sequence[Any], table: AcceptanceTable, lab
     replayed = [label for label in labels if known[label].counted_by == "replay"]
     if replayed:
         raise ProfileError(f"{replayed[0]!r} is counted by replay, not by the engine: grow it with --replay-prompts")
-    for i, label in enumerate(dict.fromkeys(labels), 1):
+    for i, label in enumerate(labels, 1):
         before = table.row_prompts(table.row(label))
         if before >= len(prompts):
             if progress is not None:
