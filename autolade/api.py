@@ -20,7 +20,7 @@ from autolade.errors import StoreError
 from autolade.machine.models import eos_ids
 from autolade.prepare import GenerateResult, check_input, check_max_new_tokens, explicit_config, setup_run, stats_of, stop_fn
 from autolade.runtime.policies import Policy, make_policy, needs_cost
-from autolade.runtime.settings import stored_compile, stored_cost
+from autolade.runtime.settings import stored_buckets, stored_cost
 
 MEMORY_DEFAULT: bool | str = True  # generate(memory=None): see BENCHMARKS.md "N-gram memory" for the measurements behind it
 
@@ -205,10 +205,11 @@ def run_engine(
     runtime policy, the decode and its stats. ``ids`` [1, T] are already checked (``check_input``)."""
     run = setup_run(model, window=window, ngram=ngram, guesses=guesses, config=config, policy=policy, workload=workload,
                     tokenizer=tokenizer, sampled=isinstance(verifier, SamplingVerifier), memory=memory,
-                    price_drafts=price_drafts, recycled=recycled, pad_single=pad_single, memory_default=MEMORY_DEFAULT)
+                    price_drafts=price_drafts, recycled=recycled, pad_single=pad_single, memory_default=MEMORY_DEFAULT,
+                    compile=compile)
     config, policy, memory_note = run.config, run.policy, run.memory_note
-    runner = default_runners().get(model, tokens=ids.shape[1] + max_new_tokens, config=config) if (
-        compile if compile is not None else stored_compile(model)) else None
+    runner = default_runners().get(model, tokens=ids.shape[1] + max_new_tokens, config=config,
+                                   buckets=stored_buckets(model)) if run.compiled else None
     warm_before = runner.log.warmup_total_s if runner is not None else 0.0
     clock = DeviceClock(ids.device)  # CUDA: synchronised, so wall_s covers finished work
     t0 = clock.now()
@@ -222,9 +223,9 @@ def run_engine(
         memory_note += "" if (why := run.remember(new)) is None else f"; {why}"
     seq = torch.cat([ids, torch.tensor([new], dtype=ids.dtype, device=ids.device)], dim=1)
     stats = stats_of(log, len(new), wall, config, run.source, policy)
-    compiled = compile_summary(runner, warm_before) if runner is not None else None
+    summary = compile_summary(runner, warm_before) if runner is not None else None
     return GenerateResult(sequences=seq, stats=replace(stats, memory=memory_note, draft_price=run.token_cost,
-                                                       padded=run.pad_single, compiled=compiled))
+                                                       padded=run.pad_single, compiled=summary))
 
 
 def check_arguments(

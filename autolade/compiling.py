@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from autolade.config import LookaheadConfig
-from autolade.engine.compiled import BUCKETS, CompiledRunner, buckets_for, static_capacity
+from autolade.engine.compiled import CompiledRunner, buckets_for, default_buckets, static_capacity
 from autolade.errors import ConfigError
 
 
@@ -25,9 +25,9 @@ class CompiledRunners:
         self._runners: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, CompiledRunner]] = weakref.WeakKeyDictionary()
 
     def get(self, model: torch.nn.Module, *, tokens: int, config: LookaheadConfig,
-            buckets: tuple[int, ...] = BUCKETS) -> CompiledRunner:
+            buckets: tuple[int, ...] | None = None) -> CompiledRunner:
         """The runner for a decode of ``tokens`` (prompt + new tokens) with ``config``."""
-        widths = buckets_for(config.packed_size(), buckets)
+        widths = buckets_for(config.packed_size(), buckets or default_buckets(next(model.parameters()).device))
         capacity = static_capacity(tokens + widths[-1] + 8)  # the last step writes a whole bucket past the text
         key = (capacity, widths)
         runners = self._runners.setdefault(model, {})
@@ -56,6 +56,6 @@ def check_compile(compile: Any, *, batched: bool = False) -> bool | None:
 def compile_summary(runner: CompiledRunner, warm_before: float) -> dict[str, Any]:
     """What ``res.stats.compiled`` says: the buckets, the capacity, the graphs so far and this call's warm-up."""
     log = runner.log
-    return {"mode": runner.mode, "capacity": runner.capacity, "buckets": list(runner.buckets),
+    return {"mode": runner.mode, "capacity": runner.capacity, "buckets": list(runner.buckets), "dynamic": runner.dynamic,
             "graphs": log.compiles, "steps_per_bucket": dict(log.calls),
             "warmup_s": round(log.warmup_total_s - warm_before, 3)}

@@ -16,7 +16,7 @@ from autolade.engine.memory import AnswerMemory
 from autolade.engine.recycle import NextTokenTable
 from autolade.errors import ConfigError, InputError
 from autolade.runtime.policies import Policy, make_policy, needs_cost
-from autolade.runtime.settings import resolve_settings, stored_cost, stored_pads_single, stored_token_cost
+from autolade.runtime.settings import resolve_settings, stored_compile, stored_cost, stored_pads_single, stored_token_cost
 from autolade.store.memory import open_memory
 
 
@@ -58,7 +58,8 @@ class GenerateStats:
             f"memory: {self.memory}" + (f" ({self.accepted_by.get('memory', 0)} draft tokens accepted from it)"
                                          if self.memory != "off" else "")
             + ("; lone steps padded with a filler draft (a two-token step costs less than one here)" if self.padded else "")
-            + (f"; compiled steps (buckets {self.compiled['buckets']}, warm-up {self.compiled['warmup_s']:.1f} s this call)"
+            + (f"; compiled steps ({'one graph of dynamic width, padded to ' if self.compiled.get('dynamic') else ''}"
+               f"buckets {self.compiled['buckets']}, warm-up {self.compiled['warmup_s']:.1f} s this call)"
                if self.compiled else "")
         )
 
@@ -118,11 +119,12 @@ def resolve_config(model, config, window, ngram, guesses, workload, tokenizer=No
     return resolve_settings(model, workload=workload, tokenizer=tokenizer)
 
 
-def draft_price(model: torch.nn.Module, price_drafts: bool | float, *, drafts: bool) -> float | None:
-    """One packed draft token's cost relative to a step: the stored curve's (True), none (False), or the given
-    number; None when nothing is priced (``drafts``: the memory or recycling drafts this call)."""
+def draft_price(model: torch.nn.Module, price_drafts: bool | float, *, drafts: bool, compiled: bool = False) -> float | None:
+    """One packed draft token's cost relative to a step: the stored curve's (True; the compiled steps' where
+    ``compiled``), none (False), or the given number; None when nothing is priced (``drafts``: the memory or
+    recycling drafts this call)."""
     if isinstance(price_drafts, bool):
-        return stored_token_cost(model) if price_drafts and drafts else None
+        return stored_token_cost(model, compiled=compiled) if price_drafts and drafts else None
     if not isinstance(price_drafts, (int, float)) or not 0.0 <= price_drafts <= 1.0:
         raise ConfigError(f"price_drafts must be True (this machine's step curve), False (no price) or a number in "
                           f"[0, 1] (one packed token's cost relative to a step), got {price_drafts!r}")
@@ -208,6 +210,7 @@ class RunSetup:
     token_cost: float | None  # a packed memory/recycled token's price relative to a step
     pad_single: bool
     memory_note: str
+    compiled: bool = False  # steps run compiled (``engine.compiled``), priced on the compiled curve
 
     def new_policy(self) -> Policy:
         """A fresh policy of the same kind (policies keep per-sequence state)."""
@@ -221,16 +224,18 @@ def setup_run(
     model: torch.nn.Module, *, window: int | None, ngram: int | None, guesses: int | None,
     config: LookaheadConfig | None, policy: Policy | str | dict | None, workload: str | None, sampled: bool,
     memory: bool | str | AnswerMemory | None, pad_single: bool | None, memory_default: bool | str, tokenizer: Any = None,
-    price_drafts: bool | float = True, recycled: NextTokenTable | None = None,
+    price_drafts: bool | float = True, recycled: NextTokenTable | None = None, compile: bool | None = False,
 ) -> RunSetup:
-    """Settings resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), the
-    runtime policy, the n-gram memory and recycling table, the draft price and lone-step padding."""
+    """Settings resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), whether steps
+    run compiled (``compile``; None: as the stored curves say), the runtime policy, the n-gram memory and
+    recycling table, the draft price and lone-step padding, all priced on the curve of the steps that will run."""
     config, source, profile_policy = resolve_config(model, config, window, ngram, guesses, workload, tokenizer)
+    compiled = compile if compile is not None else stored_compile(model)
     if policy is None:
         policy = profile_policy
     spec, cost, own = None, None, False
     if policy is None or isinstance(policy, (str, dict)):
-        spec, cost = policy, (stored_cost(model) if needs_cost(policy) else None)
+        spec, cost = policy, (stored_cost(model, compiled=compiled) if needs_cost(policy) else None)
         policy, own = make_policy(spec, config, cost=cost), True
     if memory is None:  # sampled: off, so that a seed gives the same sample whatever the memory holds
         memory = False if sampled else memory_default
@@ -244,13 +249,13 @@ def setup_run(
         known = f"{carried.known} tokens known" + (f", {opened.table_note}" if opened.table_note else "")
         memory_note += f"; token recycling table carried over ({known})"
     # memory and recycled drafts priced by this machine's step curve, or at the caller's price (an empty memory drafts nothing)
-    token_cost = draft_price(model, price_drafts, drafts=bool(answers or config.recycle))
+    token_cost = draft_price(model, price_drafts, drafts=bool(answers or config.recycle), compiled=compiled)
     if pad_single is None:  # plain greedy stays HF's own one-token steps unless asked
-        pad_single = not (config.greedy_only and not answers) and stored_pads_single(model)
+        pad_single = not (config.greedy_only and not answers) and stored_pads_single(model, compiled=compiled)
     if answers:
         memory_note += (f"; drafts priced by the step curve (a packed token costs {token_cost:.3f} of a step)"
                         if token_cost is not None else
                         f"; drafts cut below a {answers.config.min_alive:.0%} chance (no step curve stored)")
     return RunSetup(config=config, source=source, policy=policy, policy_spec=spec, own_policy=own, cost=cost, answers=answers,
                     remember=opened.remember, recycled=recycled if recycled is not None else carried,
-                    token_cost=token_cost, pad_single=pad_single, memory_note=memory_note)
+                    token_cost=token_cost, pad_single=pad_single, memory_note=memory_note, compiled=compiled)

@@ -8,7 +8,7 @@ import torch
 from tiny import ARCHS, hf_greedy, repetitive_prompt, tiny_gemma3
 
 from autolade.config import LookaheadConfig
-from autolade.engine.compiled import CompiledRunner, bucket_of, buckets_for
+from autolade.engine.compiled import CompiledRunner, bucket_of, buckets_for, compile_options
 from autolade.engine.decode import lookahead_decode
 
 LOOKAHEAD = LookaheadConfig(window=2, ngram=3, guesses=2)  # packs up to 29 tokens: one bucket of 32
@@ -21,6 +21,14 @@ def test_buckets():
         bucket_of(17, (1, 8, 16))
     assert buckets_for(29, (16, 1, 8)) == (1, 8, 16, 32)  # a setting wider than the buckets gets one more
     assert buckets_for(12, (1, 8, 16)) == (1, 8, 16)
+
+
+def test_weights_are_frozen_into_a_cpu_graph_only():
+    assert compile_options(torch.device("cpu"), "default", "inductor") == {"freezing": True}
+    assert compile_options(torch.device("cuda"), "reduce-overhead", "inductor") is None  # CUDA graphs, weights as inputs
+    assert compile_options(torch.device("cpu"), "default", "eager") is None  # only inductor freezes
+    runner = CompiledRunner(ARCHS["llama"](), capacity=64, buckets=(8,))
+    assert runner.options == {"freezing": True}
 
 
 @pytest.mark.parametrize("arch", list(ARCHS))
@@ -37,15 +45,30 @@ def test_compiled_lookahead_matches_hf_greedy_without_recompiling(arch):
     assert runner.log.warmup_s[32] > 0
 
 
-def test_gemma3_sliding_window_compiled_matches_hf():
-    """Context beyond the 16-token sliding window, one-token steps and packed steps through the same runner."""
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_gemma3_sliding_window_compiled_matches_hf(dynamic):
+    """Context beyond the 16-token sliding window, one-token steps and packed steps through the same runner: a
+    graph per bucket (as CUDA graphs run), or one graph of dynamic width (a CPU's), where a lone token runs as 2."""
     model = tiny_gemma3(sliding_window=16)
-    runner = CompiledRunner(model, capacity=256, buckets=(1, 32))
+    runner = CompiledRunner(model, capacity=256, buckets=(1, 32), dynamic=dynamic)
     ids = repetitive_prompt(seed=3)
     for config in (GREEDY, LOOKAHEAD):
         out, _ = lookahead_decode(model, ids, config=config, max_new_tokens=50, runner=runner)
         assert out == hf_greedy(model, ids, 50)
-    assert runner.log.compiles == 2 and set(runner.log.calls) == {1, 32}
+    if dynamic:
+        assert runner.log.compiles == 1 and set(runner.log.calls) == {2, 32}
+    else:
+        assert runner.log.compiles == 2 and set(runner.log.calls) == {1, 32}
+
+
+def test_a_cpu_runner_has_one_graph_of_dynamic_width_by_default():
+    model = ARCHS["qwen2"]()
+    runner = CompiledRunner(model, capacity=256)
+    assert runner.dynamic and runner.buckets[0] == 2  # the CPU widths: a lone token is padded to 2
+    ids = repetitive_prompt(seed=5, length=30)
+    out, log = lookahead_decode(model, ids, config=LOOKAHEAD, max_new_tokens=30, runner=runner)
+    assert out == hf_greedy(model, ids, 30)
+    assert runner.log.compiles == 1 and len(runner.log.calls) > 1  # several widths, one graph
 
 
 def test_a_decode_beyond_the_capacity_is_refused():

@@ -10,7 +10,7 @@ from autolade.config import LookaheadConfig
 from autolade.engine.compiled import MIN_CAPACITY
 from autolade.errors import ConfigError
 
-GREEDY = LookaheadConfig(window=0, guesses=0, prompt_lookup=0)  # one-token steps: a single graph (bucket 1)
+GREEDY = LookaheadConfig(window=0, guesses=0, prompt_lookup=0)  # one-token steps: a single graph
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,8 @@ def test_generate_compiled_matches_hf_and_reports_the_warm_up_once(llama):
     eager = generate(llama, ids, max_new_tokens=24, config=GREEDY, memory=False, pad_single=False, compile=False)
     assert first.sequences[0, ids.shape[1]:].tolist() == ref == eager.sequences[0, ids.shape[1]:].tolist()
     c1, c2 = first.stats.compiled, again.stats.compiled
-    assert c1["buckets"][0] == 1 and c1["steps_per_bucket"] == {1: 23} and c1["graphs"] == 1
+    # a CPU's one graph of dynamic width: its narrowest step is 2 rows, the lone token and one padding row
+    assert c1["dynamic"] and c1["buckets"][0] == 2 and c1["steps_per_bucket"] == {2: 23} and c1["graphs"] == 1
     assert c1["warmup_s"] > 0 and c2["warmup_s"] == 0 and c2["graphs"] == 1  # paid once, no recompile
     assert "compiled steps" in first.stats.summary() and eager.stats.compiled is None
 
@@ -64,6 +65,25 @@ def test_generate_follows_the_stored_curves_unless_told(llama):
     told = generate(llama, ids, max_new_tokens=6, config=GREEDY, memory=False, pad_single=False, compile=False)
     assert told.stats.compiled is None
     assert chosen.sequences.tolist() == told.sequences.tolist()
+
+
+def test_a_lone_token_runs_in_the_cheaper_wider_bucket_the_stored_curve_shows(llama):
+    """Where the stored compiled curve has the 8-token bucket cheaper than the 1-token one (Zen 4, bf16), a decode
+    compiles no 1-token graph: lone steps run at 8, carrying a free filler draft; the output is HF's."""
+    from test_settings import _save_curve
+
+    from autolade.runtime.settings import stored_buckets, stored_pads_single
+
+    _save_curve(llama, {256: {1: 23.3, 2: 22.0, 4: 25.7, 8: 30.4, 16: 33.6}})
+    _save_curve(llama, {256: {1: 12.0, 8: 10.0, 16: 14.0}}, compiled=True)
+    assert stored_buckets(llama) == (8, 16)
+    assert stored_pads_single(llama, compiled=True)  # c(2) = c(1) = the 8-bucket's: a filler rides free
+    ids = repetitive_prompt(seed=6)
+    lookup = LookaheadConfig(window=0, guesses=0, prompt_lookup=4)
+    res = generate(llama, ids, max_new_tokens=30, config=lookup, memory=False)
+    assert res.sequences[0, ids.shape[1]:].tolist() == hf_greedy(llama, ids, 30)
+    assert res.stats.compiled["buckets"] == [8, 16] and set(res.stats.compiled["steps_per_bucket"]) == {8}
+    assert res.stats.padded is True
 
 
 def test_a_batch_cannot_compile(llama):

@@ -93,3 +93,39 @@ def test_compile_pays_compares_each_width_at_its_bucket():
     narrow = StepCurve(points={300: {1: 1.0, 8: 1.0}}, compiled=True)
     assert not compile_pays(eager, narrow)  # it does not reach a 16-token step: not priced as paying
     assert compile_pays(eager, narrow, ks=(1, 2, 4, 8))
+
+
+# a compiled curve whose one-token bucket costs more than the 8-token one (Zen 4, bf16, inductor freezing)
+DIPPING = StepCurve(points={300: {1: 43.0, 8: 35.0, 16: 45.0, 32: 60.0}, 600: {1: 45.0, 8: 37.0, 16: 47.0, 32: 64.0}},
+                    compiled=True)
+
+
+def test_a_bucket_that_a_wider_one_undercuts_is_not_run():
+    from autolade.records.curve import bucket_cost, useful_buckets
+
+    assert useful_buckets(DIPPING) == (8, 16, 32)  # a lone token runs padded to 8
+    assert useful_buckets(COMPILED) == (1, 8, 16)
+    tie = StepCurve(points={300: {1: 30.0, 8: 30.0, 16: 40.0}}, compiled=True)
+    assert useful_buckets(tie) == (8, 16)  # a wider bucket at the same cost holds more drafts for it
+    assert bucket_cost(DIPPING, 1) == bucket_cost(DIPPING, 8) == 36.0  # averaged over the two contexts
+    assert bucket_cost(DIPPING, 9) == 46.0
+    assert bucket_cost(DIPPING, 33) is None
+
+
+def test_as_run_prices_a_width_at_its_cheapest_bucket_and_pads_lone_steps_for_free():
+    from autolade.records.curve import as_run
+
+    run = as_run(DIPPING, ks=(1, 2, 4, 8, 16, 32))
+    assert run.points[300] == {1: 35.0, 2: 35.0, 4: 35.0, 8: 35.0, 16: 45.0, 32: 60.0}
+    assert run.pads_single()  # c(2) == c(1) on a compiled run: the filler rides in the lone token's bucket
+    assert not as_run(COMPILED, ks=(1, 2, 8, 16)).pads_single()  # there 2 tokens cost the 8-bucket, 1 token less
+    eager_flat = StepCurve(points={300: {1: 30.0, 2: 30.0, 8: 40.0}})
+    assert not eager_flat.pads_single()  # eager: a filler at the same cost is no gain to pay the mask for
+
+
+def test_compile_pays_prices_a_lone_token_at_the_bucket_it_runs_in():
+    from autolade.records.curve import compile_pays
+
+    eager = StepCurve(points={300: {1: 38.0, 2: 37.0, 4: 40.0, 8: 47.0, 16: 54.0}, 600: {1: 40.0, 2: 39.0, 4: 42.0, 8: 49.0, 16: 56.0}})
+    # by its own bucket the lone token is 44/39 = 1.13; run at 8 it is 36/39 = 0.92: mean ratio 0.83 with 16 at 0.85
+    assert compile_pays(eager, DIPPING)

@@ -118,6 +118,19 @@ def test_compile_is_chosen_by_the_stored_curves(llama):
     assert stored_compile(llama)
 
 
+def test_a_compiled_decode_is_priced_on_the_compiled_steps(llama):
+    from autolade.runtime.settings import stored_buckets, stored_cost, stored_token_cost
+
+    _save_curve(llama, {256: {1: 20.0, 2: 22.0, 4: 24.0, 8: 30.0, 16: 36.0, 32: 50.0}})
+    assert stored_buckets(llama) is None and stored_cost(llama, compiled=True)(8) == 30.0  # none measured: eager
+    _save_curve(llama, {256: {1: 21.0, 8: 16.0, 16: 20.0, 32: 31.0}}, compiled=True)
+    assert stored_buckets(llama) == (8, 16, 32)
+    assert stored_cost(llama, compiled=True)(1) == 16.0 and stored_cost(llama, compiled=True)(12) == 20.0
+    assert stored_cost(llama)(1) == 20.0  # the eager curve is still the eager decode's
+    assert stored_token_cost(llama, compiled=True) == pytest.approx((31.0 - 16.0) / (31 * 16.0))
+    assert stored_token_cost(llama) == pytest.approx((50.0 - 20.0) / (31 * 20.0))
+
+
 def test_a_smooth_cpu_curve_without_a_table_gives_the_builtin_default(llama):
     # the bf16 curve measured here: 2-6 packed tokens cost ~1.1x one, wider steps much more
     _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4, 16: 33.6, 32: 42.5, 64: 62.7, 128: 101.3}})

@@ -28,8 +28,10 @@ class FixedLayer(BufferLayer):
         # zeros, not empty: a masked column still multiplies its value by 0, and 0 x NaN garbage is NaN
         self._k.zero_()
         self._v.zero_()
-        if not torch.compiler.is_compiling():
-            torch._dynamo.mark_static_address(self._k)  # CUDA graphs replay on these very buffers
+        if not torch.compiler.is_compiling() and self._k.device.type == "cuda":
+            # CUDA graphs replay on these very buffers. Not on a CPU: with inductor's weight freezing there, a
+            # static-address tensor is folded into the graph as a constant, and the cache with it
+            torch._dynamo.mark_static_address(self._k)
             torch._dynamo.mark_static_address(self._v)
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -51,7 +53,8 @@ class StaticKVCache(KVCache):
     def __init__(self, *, num_layers: int, capacity: int, device: torch.device) -> None:
         self.pointer = torch.zeros((), dtype=torch.long, device=device)
         super().__init__(num_layers=num_layers, capacity=capacity)
-        torch._dynamo.mark_static_address(self.pointer)
+        if device.type == "cuda":  # as the buffers (``FixedLayer.lazy_initialization``)
+            torch._dynamo.mark_static_address(self.pointer)
 
     def new_layers(self, num_layers: int, capacity: int) -> list[BufferLayer]:
         return [FixedLayer(capacity, self.pointer) for _ in range(num_layers)]

@@ -105,7 +105,8 @@ def measure_compiled_curve(
     warmup: int = 2, name: str | None = None, clock: Any = None,
 ) -> StepCurve:
     """The compiled step's curve (``StepCurve.compiled``): the median ms of a compiled step at each bucket width
-    (``engine.compiled.BUCKETS``), through the very ``CompiledRunner`` a decode uses, on its static cache after a
+    (``engine.compiled.default_buckets``: a CPU's one dynamic graph at many widths, a GPU's few graphs; a width of 1
+    runs as the narrowest the runner has), through the very ``CompiledRunner`` a decode uses, on its static cache after a
     random prefix of each context. The first call of each bucket compiles it: its time is in ``notes``, not in
     the curve. Repeats interleave over the buckets, as in ``measure_step_curve``."""
     import time
@@ -113,11 +114,12 @@ def measure_compiled_curve(
     import torch
 
     from autolade.engine.clock import DeviceClock
-    from autolade.engine.compiled import BUCKETS, CompiledRunner, static_capacity
+    from autolade.engine.compiled import CompiledRunner, default_buckets, static_capacity
 
     param = next(model.parameters())
     device = param.device
-    widths = _checked_ks(model, buckets or BUCKETS, contexts, repeats=repeats, warmup=warmup, device_type=device.type)
+    widths = _checked_ks(model, buckets or default_buckets(device), contexts, repeats=repeats, warmup=warmup,
+                         device_type=device.type)
     capacity = static_capacity(max(contexts) + widths[-1])
     runner = CompiledRunner(model, capacity=capacity, buckets=tuple(widths))
     clock = clock or DeviceClock(device)

@@ -89,9 +89,12 @@ class StepCurve:
     def pads_single(self) -> bool:
         """Whether a two-token step costs less than a one-token step here (c(2) < c(1), averaged over the
         measured contexts): then a step with nothing to draft packs a filler draft (``generate(pad_single=)``).
+        On a compiled curve (``as_run``), no more is enough: a filler in the lone token's bucket is free.
         Measured: the 1.5B Qwen in bf16 on a 2-core EPYC, c(2) 0.84-0.92 c(1) (its one-row bf16 matmuls take a
         slower kernel than two rows); SmolLM2 bf16 1.05 and fp32 1.6-1.9 there do not."""
-        return 2 in self.ks and self.cost(2) < self.cost(1)
+        if 2 not in self.ks:
+            return False
+        return self.cost(2) <= self.cost(1) if self.compiled else self.cost(2) < self.cost(1)
 
     def spare_compute(self, context: int | None = None) -> int:
         """Largest measured k such that every measured k' <= k costs at most 1.25 x c(1)."""
@@ -179,26 +182,40 @@ class StepCurve:
         )
 
 
-def as_run(compiled: StepCurve, ks: tuple[int, ...] = CPU_KS) -> StepCurve:
-    """The compiled curve as a decode meets it: c(k) = the cost of the smallest bucket >= k, at every k of
-    ``ks`` up to the widest bucket (a step function, where interpolating between buckets would under-price)."""
+def useful_buckets(compiled: StepCurve) -> tuple[int, ...]:
+    """The compiled curve's widths that some step should run at: a bucket is dropped where a wider one costs no
+    more (measured on a Zen 4 EPYC in bf16: the one-token bucket cost more than the 8-token one, so a lone token
+    runs padded to 8 there; averaged over the measured contexts)."""
     widths = compiled.ks
-    points = {ctx: {k: row[next(w for w in widths if w >= k)] for k in sorted(set(ks) | {1}) if k <= widths[-1]}
+    return tuple(w for i, w in enumerate(widths) if all(compiled.cost(v) > compiled.cost(w) for v in widths[i + 1 :]))
+
+
+def bucket_cost(compiled: StepCurve, k: int, context: int | None = None) -> float | None:
+    """What a compiled step of ``k`` tokens costs: the cheapest measured bucket >= k (None: wider than all)."""
+    costs = [compiled.cost(w, context) for w in compiled.ks if w >= k]
+    return min(costs) if costs else None
+
+
+def as_run(compiled: StepCurve, ks: tuple[int, ...] = CPU_KS) -> StepCurve:
+    """The compiled curve as a decode meets it: c(k) = the cost of the cheapest bucket >= k (``useful_buckets``),
+    at every k of ``ks`` up to the widest bucket (a step function, where interpolating between buckets would
+    under-price)."""
+    widths = compiled.ks
+    points = {ctx: {k: min(row[w] for w in widths if w >= k) for k in sorted(set(ks) | {1}) if k <= widths[-1]}
               for ctx, row in compiled.points.items()}
     return replace(compiled, points=points, spread=None)
 
 
 def compile_pays(eager: StepCurve, compiled: StepCurve, *, ks: tuple[int, ...] = (1, 2, 4, 8, 16),
                  margin: float = 0.95) -> bool:
-    """Whether the compiled step is cheaper here: the mean over ``ks`` of compiled c(bucket(k)) / eager c(k)
-    (a compiled step of k tokens runs at the smallest measured width >= k) is below ``margin``."""
-    widths = compiled.ks
+    """Whether the compiled step is cheaper here: the mean over ``ks`` of compiled ``bucket_cost(k)`` / eager c(k)
+    is below ``margin``."""
     ratios = []
     for k in ks:
-        width = next((w for w in widths if w >= k), None)
-        if width is None:
+        cost = bucket_cost(compiled, k)
+        if cost is None:
             return False  # the compiled curve does not reach this width
-        ratios.append(compiled.cost(width) / eager.cost(k))
+        ratios.append(cost / eager.cost(k))
     return sum(ratios) / len(ratios) < margin
 
 

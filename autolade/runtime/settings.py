@@ -110,9 +110,16 @@ class SettingsResolver:
         tag = workload_tag(workload)
         return self._read(model, [tag]).found[tag]
 
-    def curve(self, model: torch.nn.Module):
-        """This machine's latest step-latency curve for this model and dtype, or None."""
-        return self._read(model, []).curve
+    def curve(self, model: torch.nn.Module, *, compiled: bool = False):
+        """This machine's latest step-latency curve for this model and dtype, or None. ``compiled``: the curve
+        of the steps a compiled decode runs (``records.curve.as_run`` of the compiled curve), where one was
+        measured; else the eager one."""
+        answers = self._read(model, [])
+        if compiled and answers.compiled_curve is not None:
+            from autolade.records.curve import as_run
+
+            return as_run(answers.compiled_curve)
+        return answers.curve
 
     def answers(self, model: torch.nn.Module) -> _Answers:
         """What the store holds for this model on this machine, whatever the workload (its curves)."""
@@ -310,25 +317,34 @@ def resolve_settings(model: torch.nn.Module, *, workload: str | None = None,
     return default_resolver().resolve(model, workload=workload, tokenizer=tokenizer)
 
 
-def stored_cost(model: torch.nn.Module):
+def stored_cost(model: torch.nn.Module, *, compiled: bool = False):
     """c(k) in ms (``StepCurve.cost``) from this machine's stored step-latency curve for this model
-    and dtype, or None when none was measured."""
-    curve = default_resolver().curve(model)
+    and dtype, or None when none was measured. ``compiled``: of the compiled steps, where measured."""
+    curve = default_resolver().curve(model, compiled=compiled)
     return curve.cost if curve is not None else None
 
 
-def stored_token_cost(model: torch.nn.Module) -> float | None:
+def stored_token_cost(model: torch.nn.Module, *, compiled: bool = False) -> float | None:
     """One more packed token's cost relative to a one-token step (``StepCurve.token_cost``) from this
     machine's stored step curve for this model and dtype, or None when none was measured."""
-    curve = default_resolver().curve(model)
+    curve = default_resolver().curve(model, compiled=compiled)
     return curve.token_cost() if curve is not None else None
 
 
-def stored_pads_single(model: torch.nn.Module) -> bool:
+def stored_pads_single(model: torch.nn.Module, *, compiled: bool = False) -> bool:
     """Whether this machine's stored step curve for this model and dtype says a two-token step costs less
     than a one-token step (``StepCurve.pads_single``); False when none was measured."""
-    curve = default_resolver().curve(model)
+    curve = default_resolver().curve(model, compiled=compiled)
     return curve is not None and curve.pads_single()
+
+
+def stored_buckets(model: torch.nn.Module) -> tuple[int, ...] | None:
+    """The widths a compiled decode runs at on this machine (``records.curve.useful_buckets`` of the stored
+    compiled curve), or None when none was measured (then ``engine.compiled.BUCKETS``)."""
+    from autolade.records.curve import useful_buckets
+
+    compiled = default_resolver().answers(model).compiled_curve
+    return useful_buckets(compiled) if compiled is not None else None
 
 
 def stored_compile(model: torch.nn.Module) -> bool:
