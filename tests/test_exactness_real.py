@@ -117,18 +117,19 @@ def test_smollm2_with_memory_matches_hf_greedy(smollm2):
 
 
 def test_smollm2_compiled_matches_hf_greedy(smollm2):
-    """The compiled step (torch.compile, static cache) on MT-Bench and HumanEval prompts; one 64-wide bucket
-    (every step padded to it), since each bucket costs SmolLM2 about a minute of inductor warm-up here."""
+    """The compiled step (torch.compile, static cache; on this CPU the weights frozen into one graph of dynamic
+    width) on MT-Bench and HumanEval prompts: steps of many widths, one graph (about a minute of warm-up here)."""
     from autolade.engine.compiled import CompiledRunner
     from autolade.engine.decode import lookahead_decode
 
     model, tok = smollm2
     eos = eos_ids(model)
     cfg = SETTINGS["W4N4G4"][0]  # packs up to 45 tokens
-    runner = CompiledRunner(model, capacity=1024, buckets=(64,))
+    runner = CompiledRunner(model, capacity=1024)
     for j, ids in enumerate(_prompts(tok, "chat", 2) + _prompts(tok, "code", 2)):
         ref = greedy_reference(model, ids, max_new_tokens=64, eos=eos)
         ours, _ = lookahead_decode(model, ids, config=cfg, max_new_tokens=64, eos_ids=eos, runner=runner)
         div = divergence(ref.tokens, ours, ref)
         assert div is None or div.within_noise(NOISE), f"case {j}: diverged at {div.index}, top-2 gap {div.gap_top2}"
-    assert runner.log.compiles == 1 and runner.log.calls[64] > 40  # no recompile across prompt lengths
+    assert runner.log.compiles == 1 and sum(runner.log.calls.values()) > 40  # no recompile across lengths and widths
+    assert len(runner.log.calls) > 3
