@@ -126,6 +126,7 @@ def test_profile_command_on_a_tiny_model(home, tmp_path, one_thread):
     assert "chat: no acceptance table for tiny-llama" in out and "code: no acceptance table" in out
     assert "built-in default" in out
     assert "step latency" in out and "saved step curve #1" in out
+    assert "compiled steps: not measured this run; `autolade profile --compile`" in out  # how to get them
     assert plot.read_bytes()[:4] == b"\x89PNG"
     if not torch.cuda.is_available():
         assert "NVML not available" in out

@@ -80,6 +80,9 @@ def profile_machine(*, model: str, dtype: str = "float32", quick: bool = False, 
             run.compile = compile_pays(curve, compiled)
             echo(f"compiled steps: {'on' if run.compile else 'off'} for generate() on this machine "
                  f"({_compile_ratio(curve, compiled)})")
+        else:
+            echo("compiled steps: not measured this run; `autolade profile --compile` (about a minute more) times them "
+                 "and turns them on for generate() where they pay")
         pricing = as_run(compiled) if run.compile else curve  # the predictions are priced on the steps that will run
         chat_table = None
         for workload in WORKLOADS:
