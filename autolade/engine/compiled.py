@@ -80,8 +80,9 @@ class CompileLog:
 
 def compile_options(device: torch.device, mode: str, backend: str) -> dict[str, bool] | None:
     """Inductor's options for a step on ``device``. On a CPU in the default mode: ``freezing``, which folds the
-    weights into the graph as constants and prepacks them for oneDNN's GEMMs (measured on a Zen 4 EPYC in bf16,
-    SmolLM2: a compiled step of 8 tokens 0.66x the eager one, against 1.0x without it; BENCHMARKS.md). The weights
+    weights into the graph as constants and prepacks them for oneDNN's GEMMs (measured on a Zen 4 EPYC in bf16:
+    compiled steps 0.59-0.71x the eager ones for SmolLM2, 0.54-0.88x for the 1.5B Qwen, against 1.0-1.7x without
+    freezing; BENCHMARKS.md, "The compiled step pays on a CPU"). The weights
     must not change after the first step: a decoder's never do. Elsewhere: none (the mode alone)."""
     if device.type == "cpu" and mode == "default" and backend == "inductor":
         return {"freezing": True}

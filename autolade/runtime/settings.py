@@ -340,7 +340,7 @@ def stored_pads_single(model: torch.nn.Module, *, compiled: bool = False) -> boo
 
 def stored_buckets(model: torch.nn.Module) -> tuple[int, ...] | None:
     """The widths a compiled decode runs at on this machine (``records.curve.useful_buckets`` of the stored
-    compiled curve), or None when none was measured (then ``engine.compiled.BUCKETS``)."""
+    compiled curve), or None when none was measured (then ``engine.compiled.default_buckets``)."""
     from autolade.records.curve import useful_buckets
 
     compiled = default_resolver().answers(model).compiled_curve
