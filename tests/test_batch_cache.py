@@ -1,5 +1,6 @@
 """The batch KV cache: per-row columns, holes masked and written, compaction when rows leave."""
 
+import pytest
 import torch
 
 from autolade.engine.batch_cache import BatchKVCache
@@ -72,3 +73,24 @@ def test_join_takes_left_padded_rows_prefilled_together_and_skips_rows_that_ende
     assert cache.positions[1, :3].tolist() == [0, 0, 0] and cache.positions[2, :3].tolist() == [0, 1, 2]
     assert column(cache, 1)[2] == 5.0 and column(cache, 2) == [8.0, 9.0, 10.0]
     assert cache.layers[0]._v[2, 0, :3, 0].tolist() == [-8.0, -9.0, -10.0]
+
+
+def test_a_fixed_cache_writes_at_its_pointer_and_keeps_a_spare_row_for_a_lone_one():
+    cache = BatchKVCache(num_layers=1, capacity=8, device=torch.device("cpu"), fixed=True)
+    cache.join(single([1.0, 2.0]))
+    assert cache.rows == 1 and cache.layers[0]._k.shape[0] == 2, "a lone row gets a spare buffer row"
+    cache.join(single([3.0, 4.0, 5.0]))
+    assert cache.rows == 2 and cache.layers[0]._k.shape[0] == 2, "a row that joins takes the spare's place"
+    assert column(cache, 0)[:2] == [1.0, 2.0] and column(cache, 1) == [3.0, 4.0, 5.0]
+    cache.reserve(2)
+    cache.at(3, 2)
+    step = torch.tensor([[10.0, 11.0], [20.0, 21.0]]).view(2, 1, 2, 1).expand(2, H, 2, D).clone()
+    keys, _ = cache.layers[0].update(step, -step)  # what a compiled forward does: write at the pointer
+    assert keys.shape == (2, H, 5, D), "attention sees the columns up to the ruler: the prefix and the step"
+    assert keys[:, 0, 3:, 0].tolist() == [[10.0, 11.0], [20.0, 21.0]]
+    cache.keep(3, [[0], [0, 1]], [2, 3])
+    cache.select([1])  # row 0 leaves: row 1 alone, with a spare again
+    assert cache.rows == 1 and cache.layers[0]._k.shape[0] == 2
+    assert column(cache, 0) == [3.0, 4.0, 5.0, 20.0, 21.0] and cache.visible[0, :5].all()
+    with pytest.raises(ValueError, match="batch cache full"):
+        cache.at(cache.capacity - 1, 2)

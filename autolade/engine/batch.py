@@ -24,7 +24,6 @@ import torch
 from autolade.config import LookaheadConfig
 
 from .attention import AttentionPlan
-from .batch_cache import BatchKVCache
 from .batch_prefill import PrefillChoice, prefill_groups, prefill_rows
 from .budget import AcceptanceCurve, cut_tree, step_widths
 from .clock import DeviceClock
@@ -125,10 +124,12 @@ class BatchDecoder:
 
     def __init__(self, model: torch.nn.Module, *, attention: AttentionPlan | None = None,
                  clock: DeviceClock | None = None, capacity: int = 512,
-                 step_cost: Callable[[float], float] | None = None, prefill_choice: PrefillChoice | None = None) -> None:
-        self.runner = ModelRunner(model, attention=attention)
+                 step_cost: Callable[[float], float] | None = None, prefill_choice: PrefillChoice | None = None,
+                 runner: ModelRunner | None = None) -> None:
+        # ``runner``: whose forwards run the steps (a ``batch_compiled.CompiledBatchRunner``: compiled); None: eager
+        self.runner = runner or ModelRunner(model, attention=attention)
         self.clock = clock or DeviceClock(self.runner.device)
-        self.cache = BatchKVCache(num_layers=self.runner.num_layers, capacity=capacity, device=self.runner.device)
+        self.cache = self.runner.new_batch_cache(capacity)
         self.layout = Layout(device=self.runner.device)
         self.rows: list[Row] = []  # in the cache's row order
         self.finished: dict[int, Row] = {}
@@ -371,11 +372,12 @@ def pad_steps(steps: Sequence[PackedStep], lengths: Sequence[int]):
 
 def decode_batch(model: torch.nn.Module, requests: Sequence[RowRequest], *, attention: AttentionPlan | None = None,
                  clock: DeviceClock | None = None, step_cost: Callable[[float], float] | None = None,
-                 prefill_choice: PrefillChoice | None = None) -> tuple[list[Row], BatchLog]:
+                 prefill_choice: PrefillChoice | None = None,
+                 runner: ModelRunner | None = None) -> tuple[list[Row], BatchLog]:
     """Decode ``requests`` together; returns the rows in request order and the batch's step log."""
     widest = max((len(r.prompt) + r.max_new_tokens + r.config.packed_size() + 8 for r in requests), default=64)
     decoder = BatchDecoder(model, attention=attention, clock=clock, capacity=widest, step_cost=step_cost,
-                           prefill_choice=prefill_choice)
+                           prefill_choice=prefill_choice, runner=runner)
     try:
         keys = decoder.add_many(requests)
         finished = decoder.run()

@@ -7,7 +7,11 @@ Each column keeps the position its keys were rotated at (``positions[b, c]``), w
 sliding-window layer needs to decide what a query may see. Attention is order-free over keys, so
 a row's columns need not be contiguous: only the mask and the positions matter.
 
-Built on ``cache.BufferLayer`` (transformers' public ``Cache``/``DynamicLayer``, no patching).
+Built on ``cache.BufferLayer`` (transformers' public ``Cache``/``DynamicLayer``, no patching). ``fixed=True``: the
+layers of a compiled step (``static_cache.FixedLayer``): each writes the step's columns at a tensor ``pointer`` and
+hands attention the columns up to the ``ruler``'s length, so a new length, width or row count is data, not a new
+graph; its buffers keep at least two rows (a lone row has a spare one, ``SPARE``) since a dimension of one would be
+a graph of its own.
 """
 
 from __future__ import annotations
@@ -18,15 +22,22 @@ import torch
 from transformers.cache_utils import Cache
 
 from .cache import BufferLayer, KVCache
+from .static_cache import FixedLayer
+
+SPARE = 2  # a fixed cache's buffers hold at least this many rows (the ones past ``rows`` are never read back)
 
 
 class BatchKVCache:
     """B rows' keys/values in [B, H, cap, D] buffers per layer, ``length`` columns in use."""
 
-    def __init__(self, *, num_layers: int, capacity: int, device: torch.device) -> None:
+    def __init__(self, *, num_layers: int, capacity: int, device: torch.device, fixed: bool = False) -> None:
         self.capacity = capacity
         self.device = device
-        self.layers = [BufferLayer(capacity) for _ in range(num_layers)]
+        self.fixed = fixed
+        self.pointer = torch.zeros((), dtype=torch.long, device=device)  # a fixed layer's write column
+        self.layers = [FixedLayer(capacity, self.pointer) if fixed else BufferLayer(capacity) for _ in range(num_layers)]
+        for layer in self.layers if fixed else ():
+            layer.full = True  # a fixed layer only ever sees steps (prompts are prefilled elsewhere and joined)
         self.hf = Cache(layers=self.layers)  # what the model's forward receives
         self.visible = torch.zeros((0, capacity), dtype=torch.bool, device=device)  # [B, cap]: row b sees column c
         self.positions = torch.zeros((0, capacity), dtype=torch.long, device=device)  # [B, cap]: the column's position
@@ -53,6 +64,16 @@ class BatchKVCache:
         self.positions = _widen(self.positions, capacity)
         self.capacity = capacity
 
+    def at(self, base: int, width: int) -> None:
+        """Arm a fixed cache for a step of ``width`` columns written at ``base`` (``reserve`` first)."""
+        if base + width > self.capacity:
+            raise ValueError(f"batch cache full: a step of {width} columns at {base} > capacity {self.capacity}")
+        self.pointer.fill_(base)
+        ruler = torch.empty(base + width, dtype=torch.int8, device=self.device)  # its length is the columns attention sees
+        torch._dynamo.maybe_mark_dynamic(ruler, 0)
+        for layer in self.layers:
+            layer.ruler = ruler
+
     def keep(self, base: int, kept: Sequence[Sequence[int]], first_positions: Sequence[int]) -> None:
         """After a packed step appended its columns at ``base``: row b keeps packed indices ``kept[b]``
         (ascending; an accepted path from the step's first token, so positions ``first_positions[b]``,
@@ -68,7 +89,7 @@ class BatchKVCache:
                 for name in ("_k", "_v"):
                     buf = getattr(layer, name)  # [B, H, cap, D]
                     idx = src[:, None, :, None].expand(b, buf.shape[1], widest, buf.shape[3])
-                    buf[:, :, base : base + widest] = buf.gather(2, idx)
+                    buf[:b, :, base : base + widest] = buf[:b].gather(2, idx)  # a spare row past b is left as it is
         counts = torch.tensor([len(k) for k in kept], device=self.device)  # [B]
         cols = torch.arange(widest, device=self.device)  # [widest]
         self.visible[:, base : base + widest] = cols[None, :] < counts[:, None]
@@ -84,6 +105,8 @@ class BatchKVCache:
         that the holes the others left cost nothing in later steps."""
         index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
         visible, positions = self.visible[index], self.positions[index]
+        spare = self._spare(len(rows))
+        index_b = torch.cat([index, index[:1].expand(spare)]) if spare else index  # buffer rows: a spare copies row 0
         count = visible[:, : self.length].sum(1)  # [B']
         width = int(count.max()) if len(rows) else 0
         # order each row's columns visible-first, stably: its i-th visible column goes to column i
@@ -92,9 +115,9 @@ class BatchKVCache:
             if not layer.is_initialized:
                 continue
             for name in ("_k", "_v"):
-                buf = getattr(layer, name)[index]  # [B', H, cap, D]
+                buf = getattr(layer, name)[index_b]  # [B' (+ spare), H, cap, D]
                 idx = order[:, None, :, None].expand(len(rows), buf.shape[1], width, buf.shape[3])
-                buf[:, :, :width] = buf.gather(2, idx)
+                buf[: len(rows), :, :width] = buf[: len(rows)].gather(2, idx)
                 setattr(layer, name, buf)
         cols = torch.arange(width, device=self.device)
         self.visible = torch.zeros((len(rows), self.capacity), dtype=torch.bool, device=self.device)
@@ -127,7 +150,9 @@ class BatchKVCache:
                 buf[:, :, before:length] = 0
                 block = src.new_zeros((len(rows), src.shape[1], self.capacity, src.shape[3]))
                 block[:, :, :t] = src[:, :, :t]
-                setattr(layer, name, torch.cat([buf, block], dim=0))
+                joined = torch.cat([buf[: self.rows], block], dim=0)  # a spare row goes: the new rows take its place
+                spare = self._spare(joined.shape[0])
+                setattr(layer, name, torch.cat([joined, joined[:1].expand(spare, -1, -1, -1)]) if spare else joined)
             layer.is_initialized = True
         cols = torch.arange(self.capacity, device=self.device)  # [cap]
         first = torch.tensor([starts[r] for r in rows], device=self.device)[:, None]  # [r, 1]
@@ -136,6 +161,10 @@ class BatchKVCache:
         self.visible = torch.cat([self.visible, visible])
         self.positions = torch.cat([self.positions, positions])
         self.truncate(length)
+
+    def _spare(self, rows: int) -> int:
+        """Spare buffer rows a fixed cache of ``rows`` rows keeps (see ``SPARE``)."""
+        return max(SPARE - rows, 0) if self.fixed and rows else 0
 
 
 def _widen(table: torch.Tensor, capacity: int) -> torch.Tensor:

@@ -14,6 +14,7 @@ import torch
 from autolade.config import LookaheadConfig
 
 from .attention import AttentionPlan, AttentionSwitch
+from .batch_cache import BatchKVCache
 from .cache import KVCache
 from .clock import DeviceClock
 from .drafter import Drafter
@@ -79,6 +80,10 @@ class ModelRunner:
 
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache(num_layers=self.num_layers, capacity=capacity)
+
+    def new_batch_cache(self, capacity: int) -> BatchKVCache:
+        """The cache a ``BatchDecoder`` on this runner keeps its rows in."""
+        return BatchKVCache(num_layers=self.num_layers, capacity=capacity, device=self.device)
 
     def forward(
         self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *, mask=None, keep: torch.Tensor | int = 1,

@@ -22,6 +22,9 @@ class FixedLayer(BufferLayer):
         super().__init__(capacity)
         self.pointer = pointer  # 0-d long: where a full-mode update writes (shared by all layers)
         self.full = False  # False: eager append (prefill); True: write at pointer, return the whole buffer
+        # None: a full-mode update hands attention the whole capacity (CUDA graphs need one shape); a tensor: only
+        # its first ``ruler.shape[0]`` columns (the prefix and the step), a size a dynamic-shape graph reads as a symbol
+        self.ruler: torch.Tensor | None = None
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -44,7 +47,10 @@ class FixedLayer(BufferLayer):
         at = torch.arange(key_states.shape[-2], device=self._k.device) + self.pointer  # [k]
         self._k.index_copy_(2, at, key_states)
         self._v.index_copy_(2, at, value_states)
-        return self._k, self._v  # [1, H, capacity, D]
+        if self.ruler is None:
+            return self._k, self._v  # [B, H, capacity, D]
+        end = self.ruler.shape[0]
+        return self._k[:, :, :end], self._v[:, :, :end]  # [B, H, base + k, D]
 
 
 class StaticKVCache(KVCache):
