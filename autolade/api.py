@@ -135,11 +135,12 @@ def generate(
 
     ``compile=True``: steps run compiled (``torch.compile``, CUDA graphs on a GPU) at a few fixed widths on a
     static KV cache (``autolade.engine.compiled``), warm-up (``res.stats.compiled``) paid once per model and
-    width; None: where the stored curves say it pays (``autolade profile --compile``). Same output; one sequence.
+    width; None: where the stored curves say it pays (``autolade profile --compile``). Same output. A batch runs
+    compiled as one graph of dynamic rows, width and length (``autolade.engine.batch_compiled``).
     """
     reject_unsupported(unsupported)
     batched = isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2 and input_ids.shape[0] > 1
-    check_compile(compile, batched=batched)
+    check_compile(compile)
     sampling = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                     repetition_penalty=repetition_penalty)
     eos = eos_ids(model, eos_token_id=eos_token_id)
@@ -148,7 +149,7 @@ def generate(
                     tokenizer=tokenizer, memory=memory, price_drafts=price_drafts, recycled=recycled)
     if batched:
         return run_batch_engine(model, input_ids, attention_mask, max_new_tokens=max_new_tokens, eos=eos, stop=stop,
-                                on_tokens=on_tokens, pad_token_id=pad_token_id, **settings,
+                                on_tokens=on_tokens, pad_token_id=pad_token_id, compile=compile, **settings,
                                 verifier_for=lambda b: make_verifier(model, **sampling, seed=None if seed is None else seed + b))
     if attention_mask is not None and isinstance(input_ids, torch.Tensor):  # one row: its left padding, if any, is dropped
         input_ids = split_rows(model, input_ids.reshape(1, -1), _as_row(attention_mask), max_new_tokens)[0]
@@ -165,17 +166,27 @@ def _as_row(mask: Any) -> Any:
 def run_batch_engine(
     model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, max_new_tokens: int,
     verifier_for: Callable[[int], Any], eos: Sequence[int], stop: Callable[[list[int]], bool] | None,
-    on_tokens: Callable[[int, list[int]], None] | None, pad_token_id: int | None, **settings: Any,
+    on_tokens: Callable[[int, list[int]], None] | None, pad_token_id: int | None, compile: bool | None = None,
+    **settings: Any,
 ) -> BatchResult:
     """``generate`` for a left-padded batch [B, T] (also behind ``autolade.hf.lookahead``): rows checked and
-    unpadded, settings resolved once, ``verifier_for(b)`` row b's verifier (None: greedy), one batched decode."""
+    unpadded, settings resolved once, ``verifier_for(b)`` row b's verifier (None: greedy), one batched decode,
+    compiled where ``compile`` (None: the stored curves) says (``engine.batch_compiled``)."""
     rows = split_rows(model, input_ids, attention_mask, max_new_tokens)
     verifiers = [verifier_for(b) for b in range(len(rows))]
     run = setup_run(model, **settings, sampled=isinstance(verifiers[0], SamplingVerifier), pad_single=False,
-                    memory_default=MEMORY_DEFAULT)
-    step_cost = stored_cost(model) if settings.get("price_drafts", True) is True else None  # the width follows the curve
-    return run_batch(model, input_ids, attention_mask, rows=rows, run=run, max_new_tokens=max_new_tokens, eos=eos,
-                     stop=stop, verifiers=verifiers, on_tokens=on_tokens, pad_token_id=pad_token_id, step_cost=step_cost)
+                    memory_default=MEMORY_DEFAULT, compile=compile)
+    # the width follows the curve of the steps that will run
+    step_cost = stored_cost(model, compiled=run.compiled) if settings.get("price_drafts", True) is True else None
+    runner = default_runners().batch(model) if run.compiled else None
+    warm_before = runner.log.warmup_total_s if runner is not None else 0.0
+    res = run_batch(model, input_ids, attention_mask, rows=rows, run=run, max_new_tokens=max_new_tokens, eos=eos,
+                    stop=stop, verifiers=verifiers, on_tokens=on_tokens, pad_token_id=pad_token_id, step_cost=step_cost,
+                    runner=runner)
+    if runner is None:
+        return res
+    summary = compile_summary(runner, warm_before)
+    return replace(res, stats=[replace(s, compiled=summary) for s in res.stats])
 
 
 def run_engine(

@@ -19,6 +19,7 @@ import torch
 
 from autolade.engine.batch import BatchLog, RowRequest, decode_batch
 from autolade.engine.clock import DeviceClock
+from autolade.engine.decode import ModelRunner
 from autolade.errors import InputError
 from autolade.prepare import GenerateStats, RunSetup, check_input, stats_of
 
@@ -82,10 +83,11 @@ def run_batch(
     model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, *, rows: list[torch.Tensor],
     run: RunSetup, max_new_tokens: int, eos: Sequence[int], stop: Callable[[list[int]], bool] | None,
     verifiers: list[Any], on_tokens: Callable[[int, list[int]], None] | None, pad_token_id: int | None,
-    step_cost: Callable[[float], float] | None = None,
+    step_cost: Callable[[float], float] | None = None, runner: ModelRunner | None = None,
 ) -> BatchResult:
     """Decode the checked ``rows`` together with the settled ``run``; lay the result out as HF does.
-    ``step_cost``: c(k) of this machine's step curve, which decides each step's packed width (``engine.batch.budget``)."""
+    ``step_cost``: c(k) of this machine's step curve, which decides each step's packed width (``engine.batch.budget``);
+    ``runner``: whose forwards run the steps (None: eager; ``engine.batch_compiled.CompiledBatchRunner``: compiled)."""
     policies = [run.policy] + [run.new_policy() for _ in rows[1:]]
 
     def row_callback(b: int):
@@ -99,7 +101,7 @@ def run_batch(
     ]  # fmt: skip
     clock = DeviceClock(input_ids.device)
     t0 = clock.now()
-    done, log = decode_batch(model, requests, step_cost=step_cost)
+    done, log = decode_batch(model, requests, step_cost=step_cost, runner=runner)
     wall = clock.since(t0)
     stats = []
     for row, policy in zip(done, policies):

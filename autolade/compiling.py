@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from autolade.config import LookaheadConfig
+from autolade.engine.batch_compiled import CompiledBatchRunner
 from autolade.engine.compiled import CompiledRunner, buckets_for, default_buckets, static_capacity
 from autolade.errors import ConfigError
 
@@ -23,6 +24,7 @@ class CompiledRunners:
 
     def __init__(self) -> None:
         self._runners: weakref.WeakKeyDictionary[torch.nn.Module, dict[tuple, CompiledRunner]] = weakref.WeakKeyDictionary()
+        self._batch: weakref.WeakKeyDictionary[torch.nn.Module, CompiledBatchRunner] = weakref.WeakKeyDictionary()
 
     def get(self, model: torch.nn.Module, *, tokens: int, config: LookaheadConfig,
             buckets: tuple[int, ...] | None = None) -> CompiledRunner:
@@ -38,6 +40,12 @@ class CompiledRunners:
     def of(self, model: torch.nn.Module) -> list[CompiledRunner]:
         return list(self._runners.get(model, {}).values())
 
+    def batch(self, model: torch.nn.Module) -> CompiledBatchRunner:
+        """The runner of ``model``'s batched steps: one graph for every batch (rows, width and length are dynamic)."""
+        if model not in self._batch:
+            self._batch[model] = CompiledBatchRunner(model)
+        return self._batch[model]
+
 
 @functools.cache
 def default_runners() -> CompiledRunners:
@@ -45,17 +53,19 @@ def default_runners() -> CompiledRunners:
     return CompiledRunners()
 
 
-def check_compile(compile: Any, *, batched: bool = False) -> bool | None:
+def check_compile(compile: Any) -> bool | None:
     if compile is not None and not isinstance(compile, bool):
         raise ConfigError(f"compile must be True, False or None (this machine's stored curves decide), got {compile!r}")
-    if compile and batched:
-        raise ConfigError("compile=True decodes one sequence at a time; decode a batch with compile=False (or None)")
     return compile
 
 
-def compile_summary(runner: CompiledRunner, warm_before: float) -> dict[str, Any]:
-    """What ``res.stats.compiled`` says: the buckets, the capacity, the graphs so far and this call's warm-up."""
+def compile_summary(runner: CompiledRunner | CompiledBatchRunner, warm_before: float) -> dict[str, Any]:
+    """What ``res.stats.compiled`` says: the buckets, the capacity, the graphs so far and this call's warm-up
+    (a batch's runner: one graph of dynamic rows, width and length, so no buckets and no capacity)."""
     log = runner.log
+    if isinstance(runner, CompiledBatchRunner):
+        return {"mode": runner.mode, "batched": True, "dynamic": True, "graphs": log.compiles,
+                "steps": sum(log.calls.values()), "warmup_s": round(log.warmup_total_s - warm_before, 3)}
     return {"mode": runner.mode, "capacity": runner.capacity, "buckets": list(runner.buckets), "dynamic": runner.dynamic,
             "graphs": log.compiles, "steps_per_bucket": dict(log.calls),
             "warmup_s": round(log.warmup_total_s - warm_before, 3)}

@@ -34,8 +34,6 @@ def test_check_compile():
     assert check_compile(None) is None and check_compile(True) is True
     with pytest.raises(ConfigError, match="compile must be True, False or None"):
         check_compile("yes")
-    with pytest.raises(ConfigError, match="one sequence at a time"):
-        check_compile(True, batched=True)
 
 
 def test_generate_compiled_matches_hf_and_reports_the_warm_up_once(llama):
@@ -86,9 +84,27 @@ def test_a_lone_token_runs_in_the_cheaper_wider_bucket_the_stored_curve_shows(ll
     assert res.stats.padded is True
 
 
-def test_a_batch_cannot_compile(llama):
-    ids = torch.cat([repetitive_prompt(seed=1), repetitive_prompt(seed=2)])
-    with pytest.raises(ConfigError, match="one sequence at a time"):
-        generate(llama, ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, compile=True)
+def test_a_batch_compiles_as_one_graph_and_follows_the_stored_curves(llama):
+    """A left-padded batch through generate(compile=True): each row HF's greedy alone, one graph (kept for the next
+    batch: no second warm-up); with compile=None the stored curves decide, as for one sequence."""
+    from test_settings import _save_curve
+
+    prompts = [repetitive_prompt(seed=1, length=30)[0], repetitive_prompt(seed=2, length=44)[0]]
+    t = max(len(p) for p in prompts)
+    ids, mask = torch.zeros((2, t), dtype=torch.long), torch.zeros((2, t), dtype=torch.long)
+    for b, p in enumerate(prompts):  # left-padded, as a tokenizer pads for generation
+        ids[b, t - len(p):], mask[b, t - len(p):] = p, 1
+    lookup = LookaheadConfig(window=0, guesses=0, prompt_lookup=4)
+    first = generate(llama, ids, attention_mask=mask, max_new_tokens=20, config=lookup, memory=False, compile=True)
+    for b, p in enumerate(prompts):
+        assert first.sequences[b, t:].tolist() == hf_greedy(llama, p[None], 20), f"row {b}"
+    summary = first.stats[0].compiled
+    assert summary["batched"] and summary["graphs"] == 1 and summary["warmup_s"] > 0 and summary["steps"] >= 10
+    assert generate(llama, ids, attention_mask=mask, max_new_tokens=8, config=lookup, memory=False).stats[0].compiled is None
+    _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4, 16: 33.6}})
+    _save_curve(llama, {256: {1: 8.0, 8: 10.0, 16: 12.0}}, compiled=True)
+    chosen = generate(llama, ids, attention_mask=mask, max_new_tokens=8, config=lookup, memory=False)
+    assert chosen.stats[1].compiled["warmup_s"] == 0 and chosen.stats[1].compiled["graphs"] == 1, "the graph was kept"
+    assert chosen.sequences[:, t:].tolist() == first.sequences[:, t : t + 8].tolist()
     with pytest.raises(ConfigError, match="compile must be"):
         generate(llama, ids[:1], max_new_tokens=4, compile=1)

@@ -2,8 +2,9 @@
 interleaved group by group in one process:
 
   hf        HF ``model.generate`` on the left-padded batch, greedy (its own batched decoding)
-  batched   ``autolade.generate`` on the same padded batch: all rows in one forward per step
-  one-by-one ``autolade.generate`` on each row alone, one after the other
+  batched   ``autolade.generate`` on the same padded batch: all rows in one forward per step (eager)
+  one-by-one ``autolade.generate`` on each row alone, one after the other (eager)
+  batched-compiled, one-by-one-compiled: the same with ``compile=True`` (``--arms``; warmed up before timing)
 
     python3 tools/batch_bench.py --model smollm2-135m --dtype float32 --sets chat,code --batch 1,2,4,8 --prompts 8 -o out/batch-bench
 
@@ -51,25 +52,34 @@ def new_rows(seq: torch.Tensor, width: int, eos: set[int], pad: int) -> list[lis
     return out
 
 
-def run_group(model, rows, *, config, workload: str, n: int, pad: int, eos: set[int]) -> dict:
+ARMS = ("hf", "batched", "one-by-one", "batched-compiled", "one-by-one-compiled")
+
+
+def run_group(model, rows, *, config, workload: str, n: int, pad: int, eos: set[int],
+              arms: tuple[str, ...] = ARMS[:3]) -> dict:
     ids, mask = padded(rows, pad)
-    timing, outputs = {}, {}
-    t0 = time.perf_counter()
-    hf = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad)
-    timing["hf"], outputs["hf"] = time.perf_counter() - t0, new_rows(hf, ids.shape[1], eos, pad)
-    t0 = time.perf_counter()
-    res = autolade.generate(model, ids, attention_mask=mask, max_new_tokens=n, config=config, workload=workload, memory=False,
-                            pad_token_id=pad)
-    timing["batched"] = time.perf_counter() - t0
-    outputs["batched"] = new_rows(res.sequences, ids.shape[1], eos, pad) if len(rows) > 1 else [res.sequences[0, ids.shape[1] :].tolist()]
-    t0 = time.perf_counter()
-    outputs["one-by-one"] = [autolade.generate(model, r, max_new_tokens=n, config=config, workload=workload, memory=False)
-                             .sequences[0, r.shape[1] :].tolist() for r in rows]  # fmt: skip
-    timing["one-by-one"] = time.perf_counter() - t0
+    timing, outputs, res = {}, {}, None
+    for arm in arms:
+        t0 = time.perf_counter()
+        if arm == "hf":
+            hf = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad)
+            outputs[arm] = new_rows(hf, ids.shape[1], eos, pad)
+        elif arm.startswith("batched"):
+            out = autolade.generate(model, ids, attention_mask=mask, max_new_tokens=n, config=config, workload=workload,
+                                    memory=False, pad_token_id=pad, compile=arm.endswith("compiled"))
+            res = out if res is None or arm == "batched-compiled" else res  # the compiled arm's stats, where it ran
+            outputs[arm] = new_rows(out.sequences, ids.shape[1], eos, pad) if len(rows) > 1 else [out.sequences[0, ids.shape[1] :].tolist()]
+        else:
+            outputs[arm] = [autolade.generate(model, r, max_new_tokens=n, config=config, workload=workload, memory=False,
+                                              compile=arm.endswith("compiled")).sequences[0, r.shape[1] :].tolist()
+                            for r in rows]  # fmt: skip
+        timing[arm] = time.perf_counter() - t0
+    alone = "one-by-one" if "one-by-one" in outputs else "one-by-one-compiled"
+    batched = [a for a in ("batched", "batched-compiled") if a in outputs]
     batch = getattr(res, "batch", None)
     return {"seconds": timing, "tokens": {k: sum(len(o) for o in v) for k, v in outputs.items()},
-            "batched_equals_one_by_one": sum(a == b for a, b in zip(outputs["batched"], outputs["one-by-one"])),
-            "hf_equals_one_by_one": sum(a == b for a, b in zip(outputs["hf"], outputs["one-by-one"])),
+            "batched_equals_one_by_one": {a: sum(x == y for x, y in zip(outputs[a], outputs[alone])) for a in batched},
+            "hf_equals_one_by_one": sum(a == b for a, b in zip(outputs["hf"], outputs[alone])),
             "rows": len(rows), "steps": batch.steps if batch else res.stats.steps,
             "settings": (res.stats[0] if batch else res.stats).settings_source,
             "hole_share": batch.hole_share if batch else None, "packed_per_step": batch.packed_per_step if batch else None, "width_per_step": batch.width_per_step if batch else None,
@@ -86,6 +96,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", "-n", type=int, default=128)
     ap.add_argument("--config", "-c", default="auto", help="W,N,G[,...] for every row, or auto: what generate() picks for "
                     "the set's workload (stored profile, prediction, default)")
+    ap.add_argument("--arms", default=",".join(ARMS[:3]), help=f"what runs, in this order, group by group: {', '.join(ARMS)} "
+                    "(hf and a one-by-one arm are needed: the ratios and the exactness check are against them)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--max-minutes", type=float, default=60.0, help="start no new cell after this many minutes")
     ap.add_argument("-o", "--out", default="out/batch-bench")
@@ -94,32 +106,38 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     sizes = [int(b) for b in args.batch.split(",")]
+    arms = tuple(args.arms.split(","))
+    if set(arms) - set(ARMS) or "hf" not in arms or not {"one-by-one", "one-by-one-compiled"} & set(arms):
+        ap.error(f"--arms: from {', '.join(ARMS)}, with hf and a one-by-one arm")
     model, tok = autolade.load(args.model, dtype=args.dtype)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     eos = set(eos_ids(model))
     sets = load_sets(args.sets.split(","), limit=args.prompts, heldout=True)
     report = {"environment": environment(model), "load_average_at_start": load_average(), "model": args.model,
-              "config": args.config, "cells": []}
+              "config": args.config, "arms": list(arms), "cells": []}
     out = Path(args.out).with_suffix(".json")
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with torch.inference_mode():
         warm = [encode_prompt(tok, p.text, kind=p.kind) for p in next(iter(sets.values()))[:2]]
-        run_group(model, warm, config=config, workload="chat", n=8, pad=pad, eos=eos)
+        run_group(model, warm, config=config, workload="chat", n=8, pad=pad, eos=eos, arms=arms)  # compiles, untimed
         for name, prompts in sets.items():
             encoded = [encode_prompt(tok, p.text, kind=p.kind) for p in prompts]
             for b in sizes:
                 if time.perf_counter() - start > 60 * args.max_minutes:
                     break
                 groups = [encoded[i : i + b] for i in range(0, len(encoded) - b + 1, b)]
-                cells = [run_group(model, g, config=config, workload=name, n=args.max_new_tokens, pad=pad, eos=eos) for g in groups]
+                cells = [run_group(model, g, config=config, workload=name, n=args.max_new_tokens, pad=pad, eos=eos, arms=arms)
+                         for g in groups]
                 cell = {"set": name, "batch": b, "groups": len(cells), "settings": sorted({c["settings"] for c in cells})}
-                for method in ("hf", "batched", "one-by-one"):
+                for method in arms:
                     tokens = sum(c["tokens"][method] for c in cells)
                     seconds = sum(c["seconds"][method] for c in cells)
                     cell[method] = {"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds, 2)}
-                for key in ("batched_equals_one_by_one", "hf_equals_one_by_one", "rows"):
+                for key in ("hf_equals_one_by_one", "rows"):
                     cell[key] = sum(c[key] for c in cells)
+                cell["batched_equals_one_by_one"] = {a: sum(c["batched_equals_one_by_one"][a] for c in cells)
+                                                     for a in cells[0]["batched_equals_one_by_one"]}
                 cell["packed_per_step"] = [c["packed_per_step"] for c in cells]
                 cell["width_per_step"] = [c["width_per_step"] for c in cells]
                 cell["hole_share"] = [c["hole_share"] for c in cells]
@@ -127,12 +145,13 @@ def main() -> None:
                 cell["cut_share"] = [c["cut_share"] for c in cells]
                 report["cells"].append(cell)
                 out.write_text(json.dumps(report, indent=1))
-                print(f"{name} B={b}: hf {cell['hf']['tokens_per_s']} tok/s, batched {cell['batched']['tokens_per_s']}, "
-                      f"one-by-one {cell['one-by-one']['tokens_per_s']}; batched/one-by-one "
-                      f"{cell['batched']['tokens_per_s'] / cell['one-by-one']['tokens_per_s']:.2f}x, batched/hf "
-                      f"{cell['batched']['tokens_per_s'] / cell['hf']['tokens_per_s']:.2f}x; rows equal one-by-one "
-                      f"{cell['batched_equals_one_by_one']}/{cell['rows']}", flush=True)
-
+                alone = "one-by-one" if "one-by-one" in arms else "one-by-one-compiled"
+                rates = ", ".join(f"{a} {cell[a]['tokens_per_s']}" for a in arms)
+                ratios = ", ".join(f"{a}/{alone} {cell[a]['tokens_per_s'] / cell[alone]['tokens_per_s']:.2f}x, "
+                                   f"{a}/hf {cell[a]['tokens_per_s'] / cell['hf']['tokens_per_s']:.2f}x"
+                                   for a in arms if a.startswith("batched"))
+                print(f"{name} B={b}: tok/s {rates}; {ratios}; rows equal {alone} {cell['batched_equals_one_by_one']} "
+                      f"of {cell['rows']}", flush=True)
 
 if __name__ == "__main__":
     main()
