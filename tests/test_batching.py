@@ -96,3 +96,19 @@ def test_a_job_whose_client_left_while_it_waited_never_gets_a_row(model):
         assert left.row is None and max(s.rows for s in loop.decoder.log.steps) == 1
     finally:
         loop.close()
+
+
+def test_a_compiled_loop_keeps_one_graph_as_jobs_join_and_leave(model):
+    from autolade.engine.batch_compiled import CompiledBatchRunner
+
+    runner = CompiledBatchRunner(model)
+    loop = BatchLoop(model, max_rows=2, start=False, runner=runner)  # a third job waits, then joins mid-way
+    rows, budgets = prompts(3), [6, 30, 12]
+    jobs = [loop.submit(RowRequest(prompt=p, config=CONFIG, max_new_tokens=n)) for p, n in zip(rows, budgets)]
+    loop.start()
+    try:
+        for p, n, job in zip(rows, budgets, jobs):
+            assert job.wait().out == hf_greedy(model, torch.tensor([p]), n)
+        assert runner.log.compiles == 1 and runner.log.calls[0] == loop.steps
+    finally:
+        loop.close()

@@ -114,6 +114,31 @@ def test_four_concurrent_clients_each_get_their_sequential_answer(tiny_server):
     assert [together[i] for i in range(len(PROMPTS))] == alone
 
 
+def test_a_compiled_server_builds_its_graph_before_serving_and_answers_as_hf_greedy(tmp_path):
+    """`serve --compile`: the batched step's one graph is built before /health answers; concurrent clients'
+    answers are HF's greedy decoding of each prompt alone."""
+    model_dir = tmp_path / "tiny-model"
+    model = tiny_llama_dir(model_dir, tokenizer=word_tokenizer())
+    tok = word_tokenizer()
+    with server(str(model_dir), tmp_path, "--name", NAME, "--compile") as base:
+        log = (tmp_path / "serve.log").read_text()
+        assert "compiling the batched step" in log and "compiled in" in log and "compiled steps" in log
+        answers: dict[int, str] = {}
+
+        def ask(i: int) -> None:
+            answers[i] = client(base).completions.create(model=NAME, prompt=PROMPTS[i], max_tokens=24,
+                                                         temperature=0).choices[0].text
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(PROMPTS))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+    for i, prompt in enumerate(PROMPTS):
+        ids = tok(prompt, return_tensors="pt").input_ids
+        assert answers[i] == tok.decode(hf_greedy(model, ids, 24), skip_special_tokens=True), prompt
+
+
 def test_bad_requests_get_openai_errors_and_the_server_keeps_serving(tiny_server):
     base, _, _ = tiny_server
     c = client(base)

@@ -22,9 +22,12 @@ from autolade.serve.requests import MAX_WAITING
               help="requests decoded together in one forward per step; more wait for a free row")
 @click.option("--max-waiting", type=click.IntRange(0, 4096), default=MAX_WAITING, show_default=True,
               help="requests that may wait for a free row; past max-batch + this, a request gets a 503 at once")
+@click.option("--compile/--no-compile", "compile_", default=None,
+              help="run the batched step compiled, one graph built before serving (default: where `autolade profile "
+                   "--compile` measured that it pays on this machine)")
 @click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
 @clean_errors
-def serve(model, dtype, host, port, name, workload, memory, plain, max_batch, max_waiting, trust_remote_code):
+def serve(model, dtype, host, port, name, workload, memory, plain, max_batch, max_waiting, compile_, trust_remote_code):
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions, /v1/models)."""
     try:
         import uvicorn
@@ -41,7 +44,11 @@ def serve(model, dtype, host, port, name, workload, memory, plain, max_batch, ma
     from autolade.config import GREEDY
 
     server = ModelServer(mdl, tok, name=name or model, workload=workload, memory=False if plain else memory,
-                         config=GREEDY if plain else None, max_batch=max_batch)
+                         config=GREEDY if plain else None, max_batch=max_batch, compile=compile_)
+    if server.compiled:
+        click.echo("autolade: compiling the batched step (one graph; a minute or two on a CPU)...", err=True)
+        click.echo(f"autolade: compiled in {server.warm_up():.0f} s", err=True)
     click.echo(f"autolade: serving {server.name} on http://{host}:{port}/v1 (up to {max_batch} requests decoded together, "
-               f"one forward per step, {max_waiting} more may wait{'; lookahead off' if plain else ''})", err=True)
+               f"one forward per step, {max_waiting} more may wait{'; lookahead off' if plain else ''}"
+               f"{'; compiled steps' if server.compiled else ''})", err=True)
     uvicorn.run(create_app(server, max_waiting=max_waiting), host=host, port=port, log_level="warning")

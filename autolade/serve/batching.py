@@ -19,6 +19,7 @@ import torch
 
 from autolade.engine.batch import BatchDecoder, Row, RowRequest
 from autolade.engine.batch_prefill import PrefillChoice
+from autolade.engine.decode import ModelRunner
 from autolade.serve.turns import Cancelled
 
 
@@ -44,7 +45,8 @@ class BatchLoop:
     """Decodes every submitted job in one batch, ``max_rows`` rows at most (the rest wait their turn)."""
 
     def __init__(self, model: torch.nn.Module, *, max_rows: int = 8, start: bool = True,
-                 step_cost: Callable[[float], float] | None = None, prefill_choice: PrefillChoice | None = None) -> None:
+                 step_cost: Callable[[float], float] | None = None, prefill_choice: PrefillChoice | None = None,
+                 runner: ModelRunner | None = None) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.model = model
@@ -52,7 +54,8 @@ class BatchLoop:
         self.step_cost = step_cost  # the machine's step curve c(k): each step's packed width follows it
         # rows admitted together: one padded prefill or one each, learned from their times; outlives the decoders
         self.prefill_choice = prefill_choice or PrefillChoice.for_device(next(model.parameters()).device)
-        self.decoder = BatchDecoder(model, step_cost=step_cost, prefill_choice=self.prefill_choice)
+        self.runner = runner  # whose forwards run the steps (a compiled batch runner keeps its graph); None: eager
+        self.decoder = BatchDecoder(model, step_cost=step_cost, prefill_choice=self.prefill_choice, runner=runner)
         self.jobs: dict[int, Job] = {}  # row key -> job, for the rows in flight
         self.waiting: deque[Job] = deque()
         self.steps = 0  # batched forwards so far
@@ -161,4 +164,5 @@ class BatchLoop:
             job.done.set()
         self.jobs.clear()
         self.decoder.close()
-        self.decoder = BatchDecoder(self.model, step_cost=self.step_cost, prefill_choice=self.prefill_choice)  # a fresh cache: the failed step may have left it half written
+        self.decoder = BatchDecoder(self.model, step_cost=self.step_cost, prefill_choice=self.prefill_choice,
+                                    runner=self.runner)  # a fresh cache: the failed step may have left it half written

@@ -19,13 +19,14 @@ from typing import Any
 import torch
 
 from autolade.api import MEMORY_DEFAULT
+from autolade.compiling import check_compile, default_runners
 from autolade.config import LookaheadConfig
 from autolade.engine.batch import RowRequest
 from autolade.engine.sampling import make_verifier
 from autolade.errors import AutoladeError
 from autolade.machine.models import eos_ids
 from autolade.prepare import RunSetup, setup_run, stats_of, stop_fn
-from autolade.runtime.settings import stored_cost
+from autolade.runtime.settings import stored_compile, stored_cost
 from autolade.serve.batching import BatchLoop
 from autolade.serve.requests import DEFAULT_MAX_TOKENS, ApiError, DecodeRequest
 from autolade.serve.turns import TextDeltas
@@ -46,18 +47,36 @@ class ModelServer:
     """One model behind the API. Thread-safe: requests decode together in one ``BatchLoop``."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, *, name: str, workload: str | None = None,
-                 memory: bool | None = None, config: LookaheadConfig | None = None, max_batch: int = 8) -> None:
+                 memory: bool | None = None, config: LookaheadConfig | None = None, max_batch: int = 8,
+                 compile: bool | None = None) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name  # what clients pass as "model"
         self.workload = workload  # a request's default workload (None: chat for chat requests, code for raw prompts)
         self.memory = memory  # generate(memory=): None = its default (on for greedy)
         self.config = config  # every request's settings; None: resolved per workload (profile, prediction, default)
-        self.loop = BatchLoop(self.model, max_rows=max_batch, step_cost=stored_cost(self.model))  # at most max_batch rows per forward; the rest wait
+        # steps run compiled (one graph for every batch, ``engine.batch_compiled``) where ``compile`` says; None:
+        # where this machine's stored curves say the compiled step pays (``autolade profile --compile``)
+        self.compiled = check_compile(compile) if compile is not None else stored_compile(self.model)
+        runner = default_runners().batch(self.model) if self.compiled else None
+        self.loop = BatchLoop(self.model, max_rows=max_batch, step_cost=stored_cost(self.model, compiled=self.compiled),
+                              runner=runner)  # at most max_batch rows per forward; the rest wait
         self.eos = eos_ids(self.model)
         self.context = int(getattr(getattr(model.config, "get_text_config", lambda: model.config)(),
                                    "max_position_embeddings", 0) or 0)
         self.started = threading.Event()  # set once the first request decoded (warm)
+
+    def warm_up(self) -> float:
+        """Decode two short rows through the loop, so that a compiled step's graph is built before the first
+        request (tens of seconds on a CPU); returns the seconds it took."""
+        t0 = time.perf_counter()
+        vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        config = LookaheadConfig(window=0, guesses=0, prompt_lookup=4)
+        jobs = [self.loop.submit(RowRequest(prompt=[(7 * i + b) % vocab for i in range(12 + 4 * b)], config=config,
+                                            max_new_tokens=4)) for b in range(2)]
+        for job in jobs:
+            job.wait()
+        return time.perf_counter() - t0
 
     def encode(self, req: DecodeRequest) -> torch.Tensor:
         """Token ids [1, T]: chat messages through the model's own chat template, a raw prompt as it is."""
