@@ -113,7 +113,8 @@ class ModelServer:
         sampled = req.temperature > 0
         run = setup_run(self.model, window=None, ngram=None, guesses=None, config=self.config, policy=None,
                         workload=req.workload or self.workload or ("chat" if req.chat else "code"), sampled=sampled,
-                        memory=self.memory, pad_single=False, memory_default=MEMORY_DEFAULT, tokenizer=self.tokenizer)
+                        memory=self.memory, pad_single=False, memory_default=MEMORY_DEFAULT, tokenizer=self.tokenizer,
+                        compile=self.compiled)  # drafts priced on the curve of the steps that run
         verifier = make_verifier(self.model, do_sample=sampled, temperature=req.temperature if sampled else None,
                                  top_p=req.top_p if sampled else None, seed=req.seed if sampled else None)
         request = RowRequest(prompt=ids[0].tolist(), config=run.config, max_new_tokens=max_new, eos_ids=self.eos,

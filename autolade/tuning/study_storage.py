@@ -157,10 +157,6 @@ def run_trials(study, objective: Callable[[Any], float], *, trials: int, budget_
                catch: tuple[type[Exception], ...] = (), progress: bool = False) -> int:
     """Run ``objective`` in this worker until the study holds ``trials`` claimed trials (or ``budget_s``
     runs out). Returns how many trials this worker ran that count as done."""
-    _fail_stale(study)
-    left = trials - claimed(study)
-    if left <= 0:
-        return 0
     mine: list[int] = []
 
     def guarded(trial) -> float:
@@ -181,9 +177,19 @@ def run_trials(study, objective: Callable[[Any], float], *, trials: int, budget_
         if claimed(study) >= trials:
             study.stop()
 
-    study.optimize(guarded, n_trials=left, timeout=budget_s, catch=(*catch, SurplusTrial), callbacks=[after],
-                   show_progress_bar=progress, gc_after_trial=False)
-    return len(mine)
+    start = time.monotonic()
+    while True:
+        _fail_stale(study)
+        left = trials - claimed(study)
+        timeout = None if budget_s is None else budget_s - (time.monotonic() - start)
+        if left <= 0 or (timeout is not None and timeout <= 0):
+            return len(mine)
+        before = len(mine)
+        study.optimize(guarded, n_trials=left, timeout=timeout, catch=(*catch, SurplusTrial), callbacks=[after],
+                       show_progress_bar=progress, gc_after_trial=False)
+        if len(mine) == before:  # nothing counted this round (all surplus or uncaught failures): no loop for ever
+            return len(mine)
+        # else a dead worker's trial may have been failed mid-round (its place freed): go on for what is left
 
 
 def _fail_stale(study) -> None:
