@@ -65,6 +65,7 @@ def test_a_cpu_runner_has_one_graph_of_dynamic_width_by_default():
     model = ARCHS["qwen2"]()
     runner = CompiledRunner(model, capacity=256)
     assert runner.dynamic and runner.buckets[0] == 2  # the CPU widths: a lone token is padded to 2
+    assert runner.ruler  # attention over the prefix and the step, not the whole capacity
     ids = repetitive_prompt(seed=5, length=30)
     out, log = lookahead_decode(model, ids, config=LOOKAHEAD, max_new_tokens=30, runner=runner)
     assert out == hf_greedy(model, ids, 30)
@@ -79,12 +80,14 @@ def test_a_decode_beyond_the_capacity_is_refused():
     assert runner.log.compiles == 0
 
 
-def test_padding_rows_see_only_themselves():
+@pytest.mark.parametrize("ruler", [False, True])
+def test_padding_rows_see_only_themselves(ruler):
+    """Over the whole capacity (CUDA graphs' one shape), or up to the step's end (a dynamic graph's ruler)."""
     model = ARCHS["llama"]()
-    runner = CompiledRunner(model, capacity=16, buckets=(8,))
+    runner = CompiledRunner(model, capacity=16, buckets=(8,), ruler=ruler)
     eager = torch.zeros((1, 1, 3, 5 + 3))  # a 3-token step on 5 cached tokens, every column visible
     full = runner.static_mask(eager, base=5, positions=torch.arange(5, 8).unsqueeze(0), width=8)
-    assert full.shape == (1, 1, 8, 16)
+    assert full.shape == (1, 1, 8, 5 + 8 if ruler else 16)
     visible = (full[0, 0] == 0).nonzero().tolist()
     assert [c for r, c in visible if r == 0] == list(range(8))  # the step's own columns, nothing past them
     assert [c for r, c in visible if r == 5] == [10]  # padding row 5 is written at 5 + 5 and sees that alone

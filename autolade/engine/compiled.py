@@ -1,7 +1,8 @@
 """A compiled packed step: a few fixed widths (buckets) on a static KV cache, through ``torch.compile``.
 
 A step of k tokens runs at the smallest bucket >= k: rows k.. are padding (each sees only itself and is
-never kept), the mask spans the cache's whole capacity, the write position is a tensor. So a graph depends
+never kept), the mask spans the cache's whole capacity (in a dynamic graph, a CPU's: only the prefix and the
+step, a length read off a "ruler" tensor), the write position is a tensor. So a graph depends
 on (bucket, capacity) alone: a new prompt length or a new step size within a bucket never recompiles.
 On CUDA the mode is "reduce-overhead" (CUDA graphs: one graph per bucket, one launch for the step's ~2,000
 kernels). On a CPU the default inductor mode with the weights frozen into the graph (``compile_options``) and
@@ -98,7 +99,7 @@ class CompiledRunner(ModelRunner):
 
     def __init__(self, model: torch.nn.Module, *, capacity: int, buckets: tuple[int, ...] | None = None,
                  mode: str | None = None, backend: str = "inductor", attention: AttentionPlan | None = None,
-                 dynamic: bool | None = None) -> None:
+                 dynamic: bool | None = None, ruler: bool | None = None) -> None:
         super().__init__(model, attention=attention)
         self.capacity = capacity
         self.buckets = tuple(sorted(set(buckets or default_buckets(self.device))))
@@ -110,6 +111,11 @@ class CompiledRunner(ModelRunner):
         self.options = compile_options(self.device, self.mode, backend) or {}
         # one graph of dynamic width (None: where the weights are frozen into it, see the module docstring)
         self.dynamic = bool(self.options) if dynamic is None else dynamic
+        # attention over the prefix and the step only (a length the dynamic graph reads off a "ruler" tensor), not
+        # the whole capacity: with a mask transformers' SDPA repeats the KV heads over every column it gets. None:
+        # wherever the graph is dynamic (measured on a Zen 4, SmolLM2 bf16, context 300 of 1024: 0.75-0.86x the step
+        # over the whole capacity, BENCHMARKS.md); CUDA graphs need the one shape, so there it stays off
+        self.ruler = self.dynamic if ruler is None else ruler
         self._step = torch.compile(self._full_forward, dynamic=None if self.dynamic else False, mode=self.mode, backend=backend)
 
     def new_cache(self, capacity: int) -> StaticKVCache:
@@ -139,13 +145,15 @@ class CompiledRunner(ModelRunner):
         pos_p = torch.cat([positions, positions[:, -1:].expand(1, pad)], dim=1) if pad else positions
         full = self.static_mask(mask, base=base, positions=positions, width=width)
         self.attention.use("packed")
-        cache.at(base, width)
+        cache.at(base, width, ruler=self.ruler)
         first = width not in self.log.warmup_s and not self.dynamic  # a bucket's first call compiles (and records)
         if self.dynamic:
             for x in (ids_p, pos_p):
                 torch._dynamo.mark_dynamic(x, 1, min=MIN_DYNAMIC, max=self.capacity)
             for m in full.values() if isinstance(full, dict) else (full,):
                 torch._dynamo.mark_dynamic(m, 2, min=MIN_DYNAMIC, max=self.capacity)
+                if self.ruler:
+                    torch._dynamo.maybe_mark_dynamic(m, 3)
         frames = counters["frames"]["ok"]
         t0 = time.perf_counter()
         with torch._dynamo.config.patch(recompile_limit=max(64, 2 * len(self.buckets))), \
@@ -189,7 +197,8 @@ class CompiledRunner(ModelRunner):
 
     def _spread(self, mask: torch.Tensor, *, base: int, width: int) -> torch.Tensor:
         k, cols = mask.shape[-2], mask.shape[-1]  # cols = base + k
-        out = torch.full((1, 1, width, self.capacity), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
+        span = base + width if self.ruler else self.capacity  # the columns attention gets
+        out = torch.full((1, 1, width, span), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
         out[:, :, :k, :cols] = mask
         pad = torch.arange(k, width, device=self.device)
         out[0, 0, pad, base + pad] = 0  # a padding row sees itself only

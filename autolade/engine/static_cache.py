@@ -70,13 +70,19 @@ class StaticKVCache(KVCache):
         for layer in self.layers:
             layer.full = False
 
-    def at(self, base: int, rows: int) -> None:
-        """The next forward is a compiled step of ``rows`` rows written at ``base``."""
+    def at(self, base: int, rows: int, *, ruler: bool = False) -> None:
+        """The next forward is a compiled step of ``rows`` rows written at ``base``; ``ruler``: attention gets
+        the first ``base + rows`` columns only (a dynamic graph), else the whole capacity."""
         if base + rows > self.capacity:
             raise ValueError(f"static cache full: a step of {rows} rows at {base} > capacity {self.capacity}")
         self.pointer.fill_(base)
+        seen = None
+        if ruler:
+            seen = torch.empty(base + rows, dtype=torch.int8, device=self.pointer.device)  # its length is what counts
+            torch._dynamo.maybe_mark_dynamic(seen, 0)
         for layer in self.layers:
             layer.full = True
+            layer.ruler = seen
 
     def advance(self, length: int) -> None:
         """After a compiled step: the first ``length`` rows count (what an eager append would have left)."""
