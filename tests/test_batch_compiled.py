@@ -8,8 +8,9 @@ from test_batch import CONFIGS, MODELS, prompts, reference
 
 from autolade.config import LookaheadConfig
 from autolade.engine.batch import BatchDecoder, RowRequest, decode_batch
-from autolade.engine.batch_compiled import CompiledBatchRunner, widen_mask
+from autolade.engine.batch_compiled import CompiledBatchRunner
 from autolade.engine.batch_prefill import PrefillChoice
+from autolade.engine.compiled import widen_mask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -22,7 +22,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from .cache import BufferLayer, KVCache
-from .static_cache import FixedLayer
+from .static_cache import FixedLayer, make_ruler
 
 SPARE = 2  # a fixed cache's buffers hold at least this many rows (the ones past ``rows`` are never read back)
 
@@ -69,8 +69,7 @@ class BatchKVCache:
         if base + width > self.capacity:
             raise ValueError(f"batch cache full: a step of {width} columns at {base} > capacity {self.capacity}")
         self.pointer.fill_(base)
-        ruler = torch.empty(base + width, dtype=torch.int8, device=self.device)  # its length is the columns attention sees
-        torch._dynamo.maybe_mark_dynamic(ruler, 0)
+        ruler = make_ruler(base + width, self.device)
         for layer in self.layers:
             layer.ruler = ruler
 

@@ -23,7 +23,7 @@ from torch._dynamo.utils import counters
 
 from .attention import AttentionPlan
 from .batch_cache import SPARE, BatchKVCache
-from .compiled import MIN_DYNAMIC, CompileLog, compile_options
+from .compiled import MIN_DYNAMIC, CompileLog, compile_options, widen_mask
 from .decode import ModelRunner
 
 
@@ -80,27 +80,12 @@ class CompiledBatchRunner(ModelRunner):
         # no duck shapes: rows and width equal at the first trace must not become one symbol (and a recompile later)
         with torch._inductor.config.patch(**self.options), fx_config.patch(use_duck_shape=False):
             logits = self._step(ids, positions, mask, cache.hf)[:rows, :k]  # [B, K, V]
-        compiled_now = counters["frames"]["ok"] != frames
-        if compiled_now:
-            self.log.warmup_s[0] = self.log.warmup_s.get(0, 0.0) + time.perf_counter() - t0
-            self.log.graphs[0] = self.log.graphs.get(0, 0) + 1
-        self.log.calls[0] = self.log.calls.get(0, 0) + 1
+        self.log.record(0, seconds=time.perf_counter() - t0, compiled=counters["frames"]["ok"] != frames)
         for layer in cache.layers:
             layer.truncate(base + width)  # as an eager forward of ``width`` columns would leave it
         if isinstance(keep, int):  # as logits_to_keep: the last ``keep`` columns, 0 = all
             return logits if keep == 0 else logits[:, -keep:]
         return logits[:, keep]
-
-
-def widen_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
-    """A step's mask [B, 1, k, base + k] widened to ``width`` columns: each padding column sees only itself."""
-    b, _, k, cols = mask.shape
-    base = cols - k
-    out = torch.full((b, 1, width, base + width), torch.finfo(mask.dtype).min, dtype=mask.dtype, device=mask.device)
-    out[:, :, :k, :cols] = mask
-    pad = torch.arange(k, width, device=mask.device)
-    out[:, 0, pad, base + pad] = 0
-    return out
 
 
 def _rows(x: torch.Tensor, rows: int) -> torch.Tensor:

@@ -69,6 +69,15 @@ class CompileLog:
     calls: dict[int, int] = field(default_factory=dict)  # bucket -> compiled steps run
     graphs: dict[int, int] = field(default_factory=dict)  # bucket -> calls during which dynamo compiled a frame
 
+    def record(self, key: int, *, seconds: float, compiled: bool, first: bool = False) -> None:
+        """One compiled call at ``key`` (a bucket, or 0 for a graph of every shape) that took ``seconds``;
+        ``compiled``: dynamo built a graph during it; ``first``: count its time as warm-up anyway."""
+        if first or compiled:
+            self.warmup_s[key] = self.warmup_s.get(key, 0.0) + seconds
+        self.calls[key] = self.calls.get(key, 0) + 1
+        if compiled:
+            self.graphs[key] = self.graphs.get(key, 0) + 1
+
     @property
     def compiles(self) -> int:
         """Graphs compiled so far: one per bucket used, if nothing recompiled."""
@@ -161,12 +170,7 @@ class CompiledRunner(ModelRunner):
             if self.mode == "reduce-overhead":
                 torch.compiler.cudagraph_mark_step_begin()
             logits = self._step(ids_p, pos_p, full)[:, :k]  # [1, k, V]
-        compiled_now = counters["frames"]["ok"] != frames
-        if first or compiled_now:
-            self.log.warmup_s[width] = self.log.warmup_s.get(width, 0.0) + time.perf_counter() - t0
-        self.log.calls[width] = self.log.calls.get(width, 0) + 1
-        if compiled_now:
-            self.log.graphs[width] = self.log.graphs.get(width, 0) + 1
+        self.log.record(width, seconds=time.perf_counter() - t0, compiled=counters["frames"]["ok"] != frames, first=first)
         cache.eager()
         cache.advance(base + k)  # as an eager forward of k rows would leave it
         if self.mode == "reduce-overhead":
@@ -176,13 +180,15 @@ class CompiledRunner(ModelRunner):
         return logits[:, keep]
 
     def static_mask(self, mask, *, base: int, positions: torch.Tensor, width: int):
-        """The step's mask over the whole capacity: [1, 1, width, capacity] (a dict per layer type with
-        sliding-window layers). ``mask`` is the eager step's [1, 1, k, base + k] (None: one causal token)."""
+        """The step's mask over the whole capacity: [1, 1, width, capacity], or with the ruler up to the step's end:
+        [1, 1, width, base + width] (a dict per layer type with sliding-window layers). ``mask`` is the eager step's
+        [1, 1, k, base + k] (None: one causal token)."""
         if mask is None:
             mask = self.single_mask(positions, base)
+        span = None if self.ruler else self.capacity  # the columns attention gets (None: base + width)
         if isinstance(mask, dict):
-            return {name: self._spread(m, base=base, width=width) for name, m in mask.items()}
-        return self._spread(mask, base=base, width=width)
+            return {name: widen_mask(m, width, span=span) for name, m in mask.items()}
+        return widen_mask(mask, width, span=span)
 
     def single_mask(self, positions: torch.Tensor, base: int):
         """A one-token step's mask (what transformers builds for it): every earlier column, the sliding
@@ -195,11 +201,15 @@ class CompiledRunner(ModelRunner):
         sliding[..., : max(q - self.sliding_window + 1, 0)] = torch.finfo(self.dtype).min
         return self.per_layer_type(full, sliding)
 
-    def _spread(self, mask: torch.Tensor, *, base: int, width: int) -> torch.Tensor:
-        k, cols = mask.shape[-2], mask.shape[-1]  # cols = base + k
-        span = base + width if self.ruler else self.capacity  # the columns attention gets
-        out = torch.full((1, 1, width, span), torch.finfo(self.dtype).min, dtype=self.dtype, device=self.device)
-        out[:, :, :k, :cols] = mask
-        pad = torch.arange(k, width, device=self.device)
-        out[0, 0, pad, base + pad] = 0  # a padding row sees itself only
-        return out
+
+def widen_mask(mask: torch.Tensor, width: int, *, span: int | None = None) -> torch.Tensor:
+    """A step's mask [B, 1, k, base + k] widened to ``width`` rows over ``span`` columns (None: base + width): each
+    padding row sees only its own column, and the real rows see no column past their own."""
+    b, _, k, cols = mask.shape
+    base = cols - k
+    span = base + width if span is None else span
+    out = torch.full((b, 1, width, span), torch.finfo(mask.dtype).min, dtype=mask.dtype, device=mask.device)
+    out[:, :, :k, :cols] = mask
+    pad = torch.arange(k, width, device=mask.device)
+    out[:, 0, pad, base + pad] = 0  # a padding row sees itself only
+    return out

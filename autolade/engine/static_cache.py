@@ -53,6 +53,13 @@ class FixedLayer(BufferLayer):
         return self._k[:, :, :end], self._v[:, :, :end]  # [B, H, base + k, D]
 
 
+def make_ruler(length: int, device: torch.device) -> torch.Tensor:
+    """A tensor whose length (a dynamic dim) says how many columns a ``FixedLayer`` hands attention."""
+    out = torch.empty(length, dtype=torch.int8, device=device)
+    torch._dynamo.maybe_mark_dynamic(out, 0)
+    return out
+
+
 class StaticKVCache(KVCache):
     """``KVCache`` on ``FixedLayer``s; ``at(base)`` arms a compiled step that writes its rows at ``base``."""
 
@@ -76,10 +83,7 @@ class StaticKVCache(KVCache):
         if base + rows > self.capacity:
             raise ValueError(f"static cache full: a step of {rows} rows at {base} > capacity {self.capacity}")
         self.pointer.fill_(base)
-        seen = None
-        if ruler:
-            seen = torch.empty(base + rows, dtype=torch.int8, device=self.pointer.device)  # its length is what counts
-            torch._dynamo.maybe_mark_dynamic(seen, 0)
+        seen = make_ruler(base + rows, self.pointer.device) if ruler else None
         for layer in self.layers:
             layer.full = True
             layer.ruler = seen

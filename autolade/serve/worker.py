@@ -70,7 +70,7 @@ class ModelServer:
         """Decode two short rows through the loop, so that a compiled step's graph is built before the first
         request (tens of seconds on a CPU); returns the seconds it took."""
         t0 = time.perf_counter()
-        vocab = int(self.model.get_output_embeddings().weight.shape[0])
+        vocab = self.loop.decoder.runner.vocab
         config = LookaheadConfig(window=0, guesses=0, prompt_lookup=4)
         jobs = [self.loop.submit(RowRequest(prompt=[(7 * i + b) % vocab for i in range(12 + 4 * b)], config=config,
                                             max_new_tokens=4)) for b in range(2)]
