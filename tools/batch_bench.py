@@ -2,6 +2,8 @@
 interleaved group by group in one process:
 
   hf        HF ``model.generate`` on the left-padded batch, greedy (its own batched decoding)
+  hf-static the same on a ``StaticCache`` with generate's compiled forward (``--arms``; what a user who compiles
+            HF runs: ``tuning.harness.static_kwargs``; a graph per batch size, built in each B's untimed warm-up)
   batched   ``autolade.generate`` on the same padded batch: all rows in one forward per step (eager)
   one-by-one ``autolade.generate`` on each row alone, one after the other (eager)
   batched-compiled, one-by-one-compiled: the same with ``compile=True`` (``--arms``; warmed up before timing)
@@ -26,49 +28,34 @@ from pathlib import Path
 import torch
 
 import autolade
+from autolade.bench.padding import new_rows, padded
 from autolade.bench.run import load_sets
 from autolade.config import parse_config
 from autolade.machine.hardware import environment, load_average
 from autolade.machine.models import eos_ids
+from autolade.tuning.harness import static_kwargs
 from autolade.workloads import encode_prompt
 
-
-def padded(rows: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded [B, T] ids and mask, as a tokenizer with padding_side='left' returns them."""
-    t = max(r.shape[1] for r in rows)
-    ids = torch.full((len(rows), t), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), t), dtype=torch.long)
-    for b, r in enumerate(rows):
-        ids[b, t - r.shape[1] :], mask[b, t - r.shape[1] :] = r[0], 1
-    return ids, mask
-
-
-def new_rows(seq: torch.Tensor, width: int, eos: set[int], pad: int) -> list[list[int]]:
-    """Each row's new tokens from a padded [B, T + n] output: up to its first eos (kept), padding dropped."""
-    out = []
-    for row in seq[:, width:].tolist():
-        end = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
-        out.append(row[:end])
-    return out
-
-
-ARMS = ("hf", "batched", "one-by-one", "batched-compiled", "one-by-one-compiled")
+ARMS = ("hf", "batched", "one-by-one", "batched-compiled", "one-by-one-compiled", "hf-static")
 
 
 def run_group(model, rows, *, config, workload: str, n: int, pad: int, eos: set[int],
-              arms: tuple[str, ...] = ARMS[:3]) -> dict:
+              arms: tuple[str, ...] = ARMS[:3], static_length: int = 0) -> dict:
+    """Every arm on one group of rows. ``static_length``: the tokens hf-static's cache holds (one capacity for
+    every group, so that no group's length recompiles its graph)."""
     ids, mask = padded(rows, pad)
     timing, outputs, res = {}, {}, None
     for arm in arms:
         t0 = time.perf_counter()
-        if arm == "hf":
-            hf = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad)
-            outputs[arm] = new_rows(hf, ids.shape[1], eos, pad)
+        if arm.startswith("hf"):
+            static = static_kwargs(model, max(static_length, ids.shape[1] + n)) if arm == "hf-static" else {}
+            hf = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad, **static)
+            outputs[arm] = new_rows(hf, ids.shape[1], eos)
         elif arm.startswith("batched"):
             out = autolade.generate(model, ids, attention_mask=mask, max_new_tokens=n, config=config, workload=workload,
                                     memory=False, pad_token_id=pad, compile=arm.endswith("compiled"))
             res = out if res is None or arm == "batched-compiled" else res  # the compiled arm's stats, where it ran
-            outputs[arm] = new_rows(out.sequences, ids.shape[1], eos, pad) if len(rows) > 1 else [out.sequences[0, ids.shape[1] :].tolist()]
+            outputs[arm] = new_rows(out.sequences, ids.shape[1], eos) if len(rows) > 1 else [out.sequences[0, ids.shape[1] :].tolist()]
         else:
             outputs[arm] = [autolade.generate(model, r, max_new_tokens=n, config=config, workload=workload, memory=False,
                                               compile=arm.endswith("compiled")).sequences[0, r.shape[1] :].tolist()
@@ -119,16 +106,22 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with torch.inference_mode():
-        warm = [encode_prompt(tok, p.text, kind=p.kind) for p in next(iter(sets.values()))[:2]]
-        run_group(model, warm, config=config, workload="chat", n=8, pad=pad, eos=eos, arms=arms)  # compiles, untimed
-        for name, prompts in sets.items():
-            encoded = [encode_prompt(tok, p.text, kind=p.kind) for p in prompts]
+        encoded_sets = {name: [encode_prompt(tok, p.text, kind=p.kind) for p in prompts] for name, prompts in sets.items()}
+        static_length = max(r.shape[1] for rows in encoded_sets.values() for r in rows) + args.max_new_tokens
+        warm = next(iter(encoded_sets.values()))[:2]
+        run_group(model, warm, config=config, workload="chat", n=8, pad=pad, eos=eos, arms=arms,
+                  static_length=static_length)  # compiles, untimed
+        for name, encoded in encoded_sets.items():
             for b in sizes:
                 if time.perf_counter() - start > 60 * args.max_minutes:
                     break
                 groups = [encoded[i : i + b] for i in range(0, len(encoded) - b + 1, b)]
-                cells = [run_group(model, g, config=config, workload=name, n=args.max_new_tokens, pad=pad, eos=eos, arms=arms)
-                         for g in groups]
+                if "hf-static" in arms and groups:  # its graph is of one batch size: built here, untimed
+                    ids, mask = padded(groups[0], pad)
+                    model.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, pad_token_id=pad,
+                                   **static_kwargs(model, static_length))
+                cells = [run_group(model, g, config=config, workload=name, n=args.max_new_tokens, pad=pad, eos=eos, arms=arms,
+                                   static_length=static_length) for g in groups]
                 cell = {"set": name, "batch": b, "groups": len(cells), "settings": sorted({c["settings"] for c in cells})}
                 for method in arms:
                     tokens = sum(c["tokens"][method] for c in cells)
@@ -147,9 +140,9 @@ def main() -> None:
                 out.write_text(json.dumps(report, indent=1))
                 alone = "one-by-one" if "one-by-one" in arms else "one-by-one-compiled"
                 rates = ", ".join(f"{a} {cell[a]['tokens_per_s']}" for a in arms)
-                ratios = ", ".join(f"{a}/{alone} {cell[a]['tokens_per_s'] / cell[alone]['tokens_per_s']:.2f}x, "
-                                   f"{a}/hf {cell[a]['tokens_per_s'] / cell['hf']['tokens_per_s']:.2f}x"
-                                   for a in arms if a.startswith("batched"))
+                against = [alone] + [h for h in ("hf", "hf-static") if h in arms]
+                ratios = ", ".join(f"{a}/{h} {cell[a]['tokens_per_s'] / cell[h]['tokens_per_s']:.2f}x"
+                                   for a in arms if a.startswith("batched") for h in against)
                 print(f"{name} B={b}: tok/s {rates}; {ratios}; rows equal {alone} {cell['batched_equals_one_by_one']} "
                       f"of {cell['rows']}", flush=True)
 

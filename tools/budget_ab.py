@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 import torch
-from batch_bench import padded
 
 import autolade
 import autolade.engine.batch as batch_engine
+from autolade.bench.padding import padded
 from autolade.bench.run import load_sets
 from autolade.engine.batch import REST_MAX
 from autolade.engine.budget import step_widths

@@ -1,7 +1,7 @@
 """The prepared device check: environment, exactness, step curve, predicted settings and a short bench,
 written to ``--out`` (default ``$OUT``, else ``out/gpu_check``) as it goes. See autolade/devcheck.py.
 
-    python3 tools/gpu_check.py                      # on a GPU machine: full sizes, under 8 minutes
+    python3 tools/gpu_check.py                      # on a GPU machine: full sizes, under 9 minutes
     python3 tools/gpu_check.py --device cpu --quick # toy sizes, what CI runs
 """
 

@@ -18,6 +18,9 @@ run killed from outside leaves what it had.
    (``bench.json`` / ``bench.png``, the ``autolade bench`` format).
 6. ``compiled``: the compiled step (``devcheck_compiled``): exactness, its curve next to the eager one,
    and HF eager / HF static-cache compiled / autolade eager / autolade compiled on SmolLM2 and a 1.5B.
+7. ``batch``: batched lookahead (``devcheck_batch``), what ``autolade serve`` runs: every row of a padded batch,
+   eager and compiled, against HF greedy on the row alone, and HF's padded batch / autolade's batch eager and
+   compiled / HF's static-cache compiled batch side by side.
 
 ``--device cpu --quick`` runs the same code at toy sizes, so CI keeps it working.
 """
@@ -68,14 +71,18 @@ class CheckSizes:
     compiled_capacity: int = 1024  # the static cache's tokens
     compiled_prompts: int = 2  # MT-Bench held-out prompts per model (exactness and bench)
     compiled_tokens: int = 128
+    batch_models: tuple[str, ...] = ("smollm2-135m",)  # the batch section's models
+    batch_dtype: str = "bfloat16"
+    batch_rows: int = 4  # held-out MT-Bench prompts decoded together (at least 2)
+    batch_tokens: int = 96
     budget_s: dict[str, float] = field(  # time box per section
         default_factory=lambda: {"environment": 20, "exactness": 100, "curve": 40, "settings": 20, "bench": 80,
-                                 "compiled": 200}
+                                 "compiled": 200, "batch": 70}
     )
 
 
 def sizes_for(device_type: str, *, quick: bool) -> CheckSizes:
-    """Full sizes on a GPU (under 8 minutes with the model conversions); toy sizes with ``quick``."""
+    """Full sizes on a GPU (under 9 minutes with the model conversions); toy sizes with ``quick``."""
     if not quick:
         return CheckSizes()
     return CheckSizes(
@@ -85,7 +92,9 @@ def sizes_for(device_type: str, *, quick: bool) -> CheckSizes:
         bench_prompts=1, bench_tokens=16, bench_repeats=1,
         compiled_models=("smollm2-135m",), compiled_dtype="float32", compiled_spec="0,4,0,10", compiled_buckets=(32,),
         compiled_capacity=256, compiled_prompts=1, compiled_tokens=16,
-        budget_s={"environment": 20, "exactness": 240, "curve": 60, "settings": 20, "bench": 120, "compiled": 300},
+        batch_dtype="float32", batch_rows=2, batch_tokens=16,
+        budget_s={"environment": 20, "exactness": 240, "curve": 60, "settings": 20, "bench": 120, "compiled": 300,
+                  "batch": 300},
     )  # fmt: skip
 
 
@@ -121,7 +130,7 @@ class DeviceCheck:
 
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
-        for name in ("environment", "exactness", "curve", "settings", "bench", "compiled"):
+        for name in ("environment", "exactness", "curve", "settings", "bench", "compiled", "batch"):
             self.section(name, getattr(self, f"_{name}"))
         self.result["total_s"] = round(time.monotonic() - started, 1)
         self.result["ok"] = all(s["status"] == "ok" for s in self.result["sections"].values())
@@ -278,6 +287,11 @@ class DeviceCheck:
         from autolade.bench.devcheck_compiled import compiled_section
 
         compiled_section(self, record, deadline)
+
+    def _batch(self, record: dict[str, Any], deadline: float) -> None:
+        from autolade.bench.devcheck_batch import batch_section
+
+        batch_section(self, record, deadline)
 
     def _bench(self, record: dict[str, Any], deadline: float) -> None:
         from autolade.bench.render import write_report

@@ -146,19 +146,25 @@ def run_greedy(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int
     return run_hf(model, ids, max_new_tokens=max_new_tokens, **kwargs)
 
 
-def run_static(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int, **kwargs: Any) -> Timed:
-    """HF greedy the way a GPU user compiles it: a fixed-size ``StaticCache`` (``engine.compiled.static_capacity``:
-    a power of two of at least ``MIN_CAPACITY`` tokens, so prompts of many lengths share one compiled graph) and ``generate``'s compiled forward (``CompileConfig``; on CPU too). The
-    first call per model compiles: a benchmark's warm-up run pays it."""
+def static_kwargs(model: torch.nn.Module, length: int) -> dict[str, Any]:
+    """``generate`` arguments for HF greedy the way a GPU user compiles it: a fixed-size ``StaticCache``
+    (``engine.compiled.static_capacity`` of ``length`` = prompt + new tokens: a power of two of at least
+    ``MIN_CAPACITY``, so prompts of many lengths share one compiled graph) and ``generate``'s compiled forward
+    (``CompileConfig``; on CPU too). A new batch size is a new graph; the first call of each compiles."""
     from transformers import CompileConfig, StaticCache
 
     from autolade.engine.compiled import static_capacity
 
-    capacity = static_capacity(int(ids.shape[1]) + max_new_tokens)
     config = CompileConfig()
     config._compile_all_devices = True  # transformers compiles on CUDA only unless told
-    cache = StaticCache(config=model.config, max_cache_len=capacity)
-    return run_hf(model, ids, max_new_tokens=max_new_tokens, cache=cache, compile_config=config, **kwargs)
+    return {"cache": StaticCache(config=model.config, max_cache_len=static_capacity(length)), "compile_config": config}
+
+
+def run_static(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int, **kwargs: Any) -> Timed:
+    """HF greedy on a ``StaticCache`` with its compiled forward (``static_kwargs``). The first call per model
+    compiles: a benchmark's warm-up run pays it."""
+    return run_hf(model, ids, max_new_tokens=max_new_tokens, **static_kwargs(model, int(ids.shape[1]) + max_new_tokens),
+                  **kwargs)
 
 
 def run_assisted(model: torch.nn.Module, ids: torch.Tensor, *, max_new_tokens: int, assistant: torch.nn.Module,
