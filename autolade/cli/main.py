@@ -10,6 +10,7 @@ import logging
 
 import click
 
+from autolade.cli.batch import batch_command
 from autolade.cli.errors import clean_errors
 from autolade.cli.memory import memory_group
 from autolade.cli.profiles import profile_command, profiles_group
@@ -177,3 +178,4 @@ cli.add_command(tune_command)
 cli.add_command(accept_command)
 cli.add_command(memory_group)
 cli.add_command(serve_command)
+cli.add_command(batch_command)
