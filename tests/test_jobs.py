@@ -180,3 +180,27 @@ def test_ctrl_c_stops_the_command_with_what_finished_kept_and_a_rerun_completes(
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert f"{len(kept)} already in" in done.stderr and set(records(out)) == set(range(1, 401))
+
+
+@pytest.mark.slow
+def test_mt_bench_prompts_in_a_txt_file_are_model_generate_on_smollm2(smollm2, tmp_path):
+    import torch
+
+    from autolade.bench.run import load_sets
+
+    model, tok = smollm2
+    prompts = [p.text.replace("\n", " ") for p in load_sets(["chat"], limit=3, heldout=True)["chat"]]
+    path = tmp_path / "questions.txt"
+    path.write_text("\n".join(prompts) + "\n", encoding="utf-8")
+    out = tmp_path / "answers.jsonl"
+    server = ModelServer(model, tok, name="smollm2-135m", max_batch=3, memory=False, compile=False)
+    summary = BatchJob(server, read_job(path, max_tokens=40), out, workers=6).run()
+    assert (summary.answered, summary.errors) == (3, 0)
+    got = records(out)
+    for number, prompt in enumerate(prompts, start=1):
+        text = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+        ids = tok(text, add_special_tokens=False, return_tensors="pt").input_ids
+        with torch.inference_mode():
+            ref = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False)
+        assert got[number]["response"]["text"] == tok.decode(ref[0, ids.shape[1] :], skip_special_tokens=True), number
+        assert got[number]["response"]["usage"]["prompt_tokens"] == ids.shape[1]

@@ -28,7 +28,8 @@ from autolade.cli.errors import clean_errors
               "requests, code for raw prompts)")
 @click.option("--memory/--no-memory", default=None, help="draft from (and remember in) the n-gram memory (default: on when greedy)")
 @click.option("--compile/--no-compile", "compile_", default=None,
-              help="run the batched step compiled (default: where `autolade profile --compile` measured that it pays)")
+              help="run the batched step compiled (default: where `autolade profile --compile` measured that it pays); "
+                   "building the graph takes a minute or two on a CPU, so --no-compile for a short job")
 @click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
 @clean_errors
 def batch_command(input_path, output, overwrite, model, dtype, max_batch, temperature, max_tokens, workload, memory,
