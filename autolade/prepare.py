@@ -111,12 +111,14 @@ def explicit_config(config, window, ngram, guesses) -> LookaheadConfig | None:
     return LookaheadConfig(**overrides) if overrides else None
 
 
-def resolve_config(model, config, window, ngram, guesses, workload, tokenizer=None) -> tuple[LookaheadConfig, str, dict | None]:
-    """(config, where it came from, the profile's policy spec or None)."""
+def resolve_config(model, config, window, ngram, guesses, workload, tokenizer=None, *,
+                   compiled: bool | None = False) -> tuple[LookaheadConfig, str, dict | None]:
+    """(config, where it came from, the profile's policy spec or None); ``compiled``: the steps that run (None:
+    compiled where the stored curves say it pays)."""
     explicit = explicit_config(config, window, ngram, guesses)
     if explicit is not None:
         return explicit, "explicit", None
-    return resolve_settings(model, workload=workload, tokenizer=tokenizer)
+    return resolve_settings(model, workload=workload, tokenizer=tokenizer, compiled=compiled)
 
 
 def draft_price(model: torch.nn.Module, price_drafts: bool | float, *, drafts: bool, compiled: bool = False) -> float | None:
@@ -229,7 +231,8 @@ def setup_run(
     """Settings resolution (explicit W/N/G or config, else the stored/predicted/built-in settings), whether steps
     run compiled (``compile``; None: as the stored curves say), the runtime policy, the n-gram memory and
     recycling table, the draft price and lone-step padding, all priced on the curve of the steps that will run."""
-    config, source, profile_policy = resolve_config(model, config, window, ngram, guesses, workload, tokenizer)
+    config, source, profile_policy = resolve_config(model, config, window, ngram, guesses, workload, tokenizer,
+                                                    compiled=compile)  # None: as the stored curves say, read there once
     compiled = compile if compile is not None else stored_compile(model)
     if policy is None:
         policy = profile_policy

@@ -29,7 +29,7 @@ def llama(tmp_path, monkeypatch):
     return tiny_llama()
 
 
-def save_profile(model, workload: str, settings: LookaheadConfig, policy: dict | None) -> int:
+def save_profile(model, workload: str, settings: LookaheadConfig, policy: dict | None, *, compiled: bool | None = None) -> int:
     """A profile in this AUTOLADE_HOME's store, keyed as tune keys the winner it saves."""
     hw = probe_hardware(device="cpu", measure=False)
     fp = model_fingerprint(model)
@@ -38,7 +38,7 @@ def save_profile(model, workload: str, settings: LookaheadConfig, policy: dict |
         hardware_fingerprint=hw.fingerprint, hardware_class=hw.hardware_class,
         hardware_summary="test", model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=fp["dtype"],
         workload=tag, settings=settings, policy=policy, speedup=1.2, tokens_per_s=12.0,
-        baseline_tokens_per_s=10.0, prompt_set=f"{tag}[held-out 3]",
+        baseline_tokens_per_s=10.0, prompt_set=f"{tag}[held-out 3]", compiled=compiled,
     )
     with ProfileStore() as store:
         return store.save(prof)
@@ -129,6 +129,45 @@ def test_a_compiled_decode_is_priced_on_the_compiled_steps(llama):
     assert stored_cost(llama)(1) == 20.0  # the eager curve is still the eager decode's
     assert stored_token_cost(llama, compiled=True) == pytest.approx((31.0 - 16.0) / (31 * 16.0))
     assert stored_token_cost(llama) == pytest.approx((50.0 - 20.0) / (31 * 20.0))
+
+
+def test_a_greedy_profile_of_eager_steps_gives_way_to_a_prediction_on_the_compiled_ones(llama):
+    from test_tables import WINDOW, FakeTokenizer, synthetic_table
+
+    from autolade.config import GREEDY
+    from autolade.records.vocab import model_tokenizer_fingerprint
+
+    tok = FakeTokenizer()
+    fp = model_fingerprint(llama)
+    with ProfileStore() as store:
+        store.save_acceptance(synthetic_table(fp, model_tokenizer_fingerprint(llama, tok)))
+    _save_curve(llama, {300: {1: 10.0, 8: 30.0, 32: 90.0, 128: 400.0}})  # eager: packed tokens cost, greedy won
+    _save_curve(llama, {300: {1: 5.0, 8: 5.0, 32: 5.1, 128: 5.3}}, compiled=True)  # compiled: they are free
+    pid = save_profile(llama, "chat", GREEDY, None)  # tuned before compiled steps: not recorded, so eager
+    config, source, _ = resolve_settings(llama, workload="chat", tokenizer=tok)  # eager steps: the profile holds
+    assert config == GREEDY and source == f"store:exact:#{pid} (chat)"
+    for compiled in (True, None):  # compiled, asked or as the stored curves say
+        config, source, policy = resolve_settings(llama, workload="chat", tokenizer=tok, compiled=compiled)
+        assert config == WINDOW.config and "compiled step-latency curve" in source
+        assert f"store:exact:#{pid} (chat) passed over: greedy best on eager steps" in source
+    with ProfileStore() as store:
+        store.remove(pid)
+    pid = save_profile(llama, "chat", GREEDY, None, compiled=True)  # tuned on compiled steps: it holds there
+    assert resolve_settings(llama, workload="chat", tokenizer=tok, compiled=True)[1] == f"store:exact:#{pid} (chat)"
+    pid = save_profile(llama, "chat", CHAT, None)  # a profile that drafts keeps its measured setting on either
+    assert resolve_settings(llama, workload="chat", tokenizer=tok, compiled=True)[:2] == (CHAT, f"store:exact:#{pid} (chat)")
+    config, source, _ = resolve_settings(llama, workload="code", compiled=True)  # no table for code: the profile after all
+    assert config == CHAT and "passed over" not in source
+
+
+def test_a_greedy_profile_of_eager_steps_stays_where_no_prediction_can_replace_it(llama):
+    from autolade.config import GREEDY
+
+    _save_curve(llama, {300: {1: 5.0, 8: 5.0, 32: 5.1}}, compiled=True)
+    _save_curve(llama, {300: {1: 10.0, 8: 30.0, 32: 90.0}})
+    pid = save_profile(llama, "chat", GREEDY, None, compiled=False)
+    config, source, _ = resolve_settings(llama, workload="chat", compiled=True)  # no tokenizer: no table, no prediction
+    assert config == GREEDY and source == f"store:exact:#{pid} (chat; measured on eager steps)"
 
 
 def test_a_smooth_cpu_curve_without_a_table_gives_the_builtin_default(llama):

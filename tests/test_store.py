@@ -208,6 +208,14 @@ def test_export_import_round_trip():
     assert "id" not in data
     back = import_profile(data)
     assert back == profile.with_(id=None)
+    assert data["measured"]["compiled"] is None  # not recorded: measured before compiled steps existed
+    for compiled in (True, False):  # the steps it was measured on, through JSON and the store
+        shared = import_profile(json.loads(profile_to_json(profile.with_(compiled=compiled, id=None))))
+        assert shared.compiled is compiled
+        with ProfileStore(":memory:") as store:
+            assert store.get(store.save(shared)).compiled is compiled
+    del data["measured"]["compiled"]  # a file from before the field
+    assert import_profile(data).compiled is None
 
 
 def mutate(path: str, value):
@@ -246,6 +254,8 @@ def mutate(path: str, value):
         ("policy", {"grow": 1}, "policy must be an object with a string 'name'"),
         ("created", "yesterday", "created must be an ISO 8601 date"),
         ("step_curve", {"points": {"128": {"2": 1.0}}}, "k=1"),
+        ("measured.compiled", "yes", "measured.compiled must be true, false or null"),
+        ("measured.compiled", 1, "measured.compiled must be true, false or null"),
     ],
 )
 def test_import_rejects(path, value, message):

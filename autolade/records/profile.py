@@ -71,6 +71,9 @@ class Profile:
     created: str = field(default_factory=now_iso)  # ISO 8601, UTC
     autolade_version: str = field(default_factory=autolade_version)  # version that measured it
     step_curve: dict[str, Any] | None = None  # StepCurve.to_dict() of this hardware/model/dtype, if measured
+    # the steps it was measured (tuned) or priced (predicted) on: compiled (True) or eager (False); None: not
+    # recorded (profiles from before compiled steps existed, which ran eager)
+    compiled: bool | None = None
     notes: str = ""  # free text
     id: int | None = None  # row id in a ProfileStore; None for a profile read from a file
 
@@ -111,6 +114,8 @@ class Profile:
                 parts.append(f"greedy {self.baseline_tokens_per_s:.1f} tok/s")
             lines.append(f"  measured:  {', '.join(parts)}")
         lines.append(f"  created:   {self.created}  autolade {self.autolade_version}")
+        if self.compiled is not None:
+            lines.append(f"  steps:     {'compiled' if self.compiled else 'eager'} when measured")
         if self.step_curve is not None:
             lines.append(f"  curve:     spare compute k={self.curve.spare_compute()}")
         if self.notes:
@@ -151,6 +156,8 @@ def _validate(p: Profile) -> None:
         raise ProfileError(f"created must be an ISO 8601 date, got {p.created!r}") from None
     if p.step_curve is not None:
         StepCurve.from_dict(p.step_curve)  # raises ProfileError naming what is wrong
+    if p.compiled is not None and not isinstance(p.compiled, bool):
+        raise ProfileError(f"measured.compiled must be true, false or null, got {p.compiled!r}")
     if p.id is not None and (isinstance(p.id, bool) or not isinstance(p.id, int) or p.id < 1):
         raise ProfileError(f"id must be a positive integer or None, got {p.id!r}")
 
@@ -193,6 +200,7 @@ def export_profile(profile: Profile) -> dict[str, Any]:
             "tokens_per_s": profile.tokens_per_s,
             "baseline_tokens_per_s": profile.baseline_tokens_per_s,
             "prompt_set": profile.prompt_set,
+            "compiled": profile.compiled,
         },
         "created": profile.created,
         "autolade_version": profile.autolade_version,
@@ -235,6 +243,7 @@ def import_profile(data: Any) -> Profile:
         created=get_field(data, "created", str),
         autolade_version=get_field(data, "autolade_version", str),
         step_curve=get_field(data, "step_curve", dict, required=False),
+        compiled=measured.get("compiled"),  # validated by Profile: true, false or absent
         notes=get_field(data, "notes", str, required=False) or "",
     )
 

@@ -134,34 +134,47 @@ class SettingsResolver:
                               f"`autolade tune --workload {workload}` or import one (`autolade profiles import FILE`)")
         return prof, source
 
-    def resolve(self, model: torch.nn.Module, *, workload: str | None = None,
-                tokenizer: Any = None) -> tuple[LookaheadConfig, str, dict | None]:
+    def resolve(self, model: torch.nn.Module, *, workload: str | None = None, tokenizer: Any = None,
+                compiled: bool | None = False) -> tuple[LookaheadConfig, str, dict | None]:
         """(config, source, policy spec) for this model on this machine and ``workload`` (any of
         its names: ``humaneval`` is ``code``). Order: a tuned profile for this exact hardware; a
         predicted one (``autolade profile``) for it; profiles of the same hardware class; then, with
         this machine's step curve and an acceptance table of this model and ``tokenizer`` (only
         fingerprinted when it comes to that), the table's predicted best; else the built-in default. A
-        store that cannot be read is passed over (the source says why; warned once per file)."""
+        store that cannot be read is passed over (the source says why; warned once per file). ``compiled``: the
+        steps run compiled (None: where the stored curves say it pays); predictions are then priced on the
+        compiled curve, and a profile that found plain greedy best on the other kind of steps gives way to a
+        prediction on these (``_other_steps``)."""
+        from autolade.records.curve import compile_pays
+
         tag = workload_tag(workload) if workload else None
         # the named workload first; a profile of another workload on this machine beats a blind default
         order = lookup_order(workload)
         answers = self._read(model, order)
-        config, source, policy = self._choose(model, answers, order, tag, tokenizer)
+        if compiled is None:
+            compiled = answers.curve is not None and answers.compiled_curve is not None and compile_pays(
+                answers.curve, answers.compiled_curve)
+        config, source, policy = self._choose(model, answers, order, tag, tokenizer, compiled=compiled)
         return config, (f"{source}; {answers.problem}" if answers.problem else source), policy
 
     def _choose(self, model: torch.nn.Module, answers: _Answers, order: Sequence[str], tag: str | None,
-                tokenizer: Any) -> tuple[LookaheadConfig, str, dict | None]:
+                tokenizer: Any, *, compiled: bool = False) -> tuple[LookaheadConfig, str, dict | None]:
         """``resolve`` from what the store and the files answered."""
+        from autolade.records.curve import as_run
         from autolade.runtime.predict import is_predicted
 
+        curve = as_run(answers.compiled_curve) if compiled and answers.compiled_curve is not None else answers.curve
+        passed = ""  # a profile given way to a prediction on the steps that run, said in the source
         for t in order:
             prof, source = answers.found[t]
             if prof is not None:
                 note = "" if t == tag or not tag else f", no {tag!r} profile"
+                if self._other_steps(prof, compiled) and curve is not None:
+                    passed = f"; {source} ({t}) passed over: greedy best on {'eager' if compiled else 'compiled'} steps"
+                    break
                 if is_predicted(prof):
                     return prof.settings, f"predicted ({source}, {t}{note})", prof.policy
                 return prof.settings, f"{source} ({t}{note})", prof.policy
-        curve = answers.curve
         config, policy = builtin_default(next(model.parameters()).device.type)
         if curve is None:
             return config, "default (built-in; run `autolade profile` or `autolade tune` for this machine)", policy
@@ -174,8 +187,12 @@ class SettingsResolver:
             from autolade.runtime.predict import choose, policy_spec
 
             best = choose(found[0], curve)
+            steps = "compiled step-latency curve" if compiled and answers.compiled_curve is not None else "step-latency curve"
             return (best.setting.config, f"predicted ({best.speedup:.2f}x from acceptance table {found[1]} on this "
-                    "machine's step-latency curve)", policy_spec(best.setting))
+                    f"machine's {steps}{passed})", policy_spec(best.setting))
+        if passed:  # no prediction to give way to: the profile after all
+            prof, source = answers.found[t]
+            return prof.settings, f"{source} ({t}; measured on {'eager' if compiled else 'compiled'} steps)", prof.policy
         why = found[1] if found is not None else "no tokenizer given to look up an acceptance table"
         # No measured acceptance: never a guess that can lose to greedy. Where even 2 packed tokens
         # cost >1.25x one (fp32 on small CPUs) the cost-aware policy sizes or skips each draft by the
@@ -183,6 +200,15 @@ class SettingsResolver:
         if config == SCALED_LOOKUP and curve.spare_compute() < 2:
             return SCALED_LOOKUP, f"default (cost-aware lookup on this machine's step-latency curve; {why})", {"name": "cost-aware"}
         return config, f"default (built-in; {why})", policy
+
+    @staticmethod
+    def _other_steps(prof: Any, compiled: bool) -> bool:
+        """Whether ``prof`` found plain greedy best on the other kind of steps than the ones that run. That verdict
+        is the step curve's (drafts cost more than they bring), and a compiled curve is another curve: on the 2-core
+        Zen 4 EPYC, SmolLM2 fp32's tuned profile (greedy, tuned eager) ran compiled at 1.82x / 1.93x HF greedy on
+        MT-Bench / HumanEval where prompt lookup 16 compiled ran 1.94x / 3.21x (BENCHMARKS.md). A profile that
+        drafts keeps its measured setting (it transfers, as the shipped profiles run compiled show)."""
+        return bool(prof.compiled) != compiled and prof.settings.greedy_only and prof.policy is None
 
     def _table(self, model: torch.nn.Module, tag: str, tokenizer_fingerprint: tuple[str, ...]):
         """(table or None, source or why) from ``tables.find_table``, cached while the store and files are unchanged."""
@@ -311,10 +337,10 @@ def default_resolver() -> SettingsResolver:
     return SettingsResolver()
 
 
-def resolve_settings(model: torch.nn.Module, *, workload: str | None = None,
-                     tokenizer: Any = None) -> tuple[LookaheadConfig, str, dict | None]:
+def resolve_settings(model: torch.nn.Module, *, workload: str | None = None, tokenizer: Any = None,
+                     compiled: bool | None = False) -> tuple[LookaheadConfig, str, dict | None]:
     """(config, source, policy spec) for this model on this machine; see ``SettingsResolver.resolve``."""
-    return default_resolver().resolve(model, workload=workload, tokenizer=tokenizer)
+    return default_resolver().resolve(model, workload=workload, tokenizer=tokenizer, compiled=compiled)
 
 
 def stored_cost(model: torch.nn.Module, *, compiled: bool = False):

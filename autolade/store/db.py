@@ -403,6 +403,7 @@ def _profile_row(p: Profile) -> dict[str, Any]:
         "created": p.created,
         "autolade_version": p.autolade_version,
         "step_curve": json.dumps(p.step_curve, allow_nan=False) if p.step_curve is not None else None,
+        "compiled": None if p.compiled is None else int(p.compiled),
         "notes": p.notes,
     }
 
@@ -427,6 +428,7 @@ def _row_profile(row: dict[str, Any]) -> Profile:
             created=row["created"],
             autolade_version=row["autolade_version"],
             step_curve=json.loads(row["step_curve"]) if row["step_curve"] is not None else None,
+            compiled=None if row.get("compiled") is None else bool(row["compiled"]),
             notes=row["notes"] or "",
         )
     except (ProfileError, ValueError, TypeError) as exc:

@@ -132,6 +132,11 @@ def _m0007_recycling_pairs(db: sqlite_utils.Database) -> None:
     db["recycling"].add_column("pairs", bytes)
 
 
+def _m0008_profile_compiled(db: sqlite_utils.Database) -> None:
+    # the steps a profile was measured or priced on: 1 compiled, 0 eager (NULL: not recorded, from before compiled steps)
+    db["profiles"].add_column("compiled", int)
+
+
 Migration = tuple[str, Callable[[sqlite_utils.Database], None]]
 MIGRATIONS: tuple[Migration, ...] = (
     ("0001_profiles", _m0001_profiles),
@@ -141,6 +146,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ("0005_memory", _m0005_memory),
     ("0006_recycling", _m0006_recycling),
     ("0007_recycling_pairs", _m0007_recycling_pairs),
+    ("0008_profile_compiled", _m0008_profile_compiled),
 )
 
 

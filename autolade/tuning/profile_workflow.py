@@ -94,7 +94,7 @@ def profile_machine(*, model: str, dtype: str = "float32", quick: bool = False, 
             chat_table = chat_table or table
             run.predicted[workload] = store_prediction(
                 store, mdl, tok, table=table, source=source, curve=pricing, hardware=hardware, fingerprint=fp,
-                workload=workload, verify=verify, echo=echo)
+                workload=workload, verify=verify, echo=echo, compiled=bool(run.compile))
         recommended, why = stored_dtype_advice(curve, store=store, hardware=hardware, model_fingerprint=fp, table=chat_table)
         run.recommended_dtype, run.dtype_why = recommended, why
         echo(f"dtype: {recommended} recommended: {why}" if recommended else f"dtype: {why}")
@@ -140,9 +140,10 @@ def _echo_curve(curve, echo: Callable[[str], None]) -> None:
 
 
 def store_prediction(store, model, tokenizer, *, table, source: str, curve, hardware, fingerprint: dict[str, str],
-                     workload: str, verify: int = 0, echo: Callable[[str], None] = print) -> int:
+                     workload: str, verify: int = 0, echo: Callable[[str], None] = print, compiled: bool = False) -> int:
     """Print ``table``'s top settings priced on ``curve`` and store the chosen one as a predicted profile
-    (with ``verify`` N, timed on N held-out prompts first: greedy is stored if it loses). Returns its store id."""
+    (with ``verify`` N, timed on N held-out prompts first: greedy is stored if it loses). Returns its store id.
+    ``compiled``: ``curve`` is of the compiled steps (recorded in the profile)."""
     from autolade.config import GREEDY
     from autolade.records.profile import Profile
     from autolade.runtime.predict import PREDICTED, format_predictions, policy_spec, predicted_note, predicted_settings
@@ -167,7 +168,7 @@ def store_prediction(store, model, tokenizer, *, table, source: str, curve, hard
         hardware_fingerprint=hardware.fingerprint, hardware_class=hardware.hardware_class,
         model_name=fp["name"], model_config_hash=fp["config_hash"], dtype=fp["dtype"], workload=workload,
         settings=config, policy=policy, speedup=speedup, prompt_set=table.prompt_set or None,
-        hardware_summary=hardware.summary(), step_curve=curve.to_dict(), notes=notes,
+        hardware_summary=hardware.summary(), step_curve=curve.to_dict(), compiled=compiled, notes=notes,
     )
     label = "greedy" if config.greedy_only else best.setting.label
     profile_id = store.save(profile)

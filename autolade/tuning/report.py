@@ -32,6 +32,7 @@ def save_profile(store, hardware, model, model_name, dtype, tag, result: TuneRes
     """Store the held-out winner of ``result`` as a tuned profile; returns its store id."""
     from autolade.machine.models import model_fingerprint
     from autolade.records.profile import Profile
+    from autolade.runtime.settings import stored_compile
 
     fp = model_fingerprint(model)
     h = result.holdout
@@ -43,6 +44,7 @@ def save_profile(store, hardware, model, model_name, dtype, tag, result: TuneRes
         baseline_tokens_per_s=sum(h.tokens) / sum(h.greedy_s),
         prompt_set=f"{tag}[held-out {n_hold}]", hardware_summary=hardware.summary(),
         step_curve=curve.to_dict() if curve is not None else None,
+        compiled=stored_compile(model),  # the trials' generate() compiled where the stored curves say it pays
         notes=f"tuned by autolade tune{' with the n-gram memory' if memory else ''}: study {result.study_name}, 95% CI {result.ci[0]:.2f}-{result.ci[1]:.2f}, "
               f"{result.vs_pld:.2f}x HF prompt lookup",
     )
