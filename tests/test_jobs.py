@@ -166,7 +166,10 @@ def test_ctrl_c_stops_the_command_with_what_finished_kept_and_a_rerun_completes(
     path = write_lines(tmp_path / "many.jsonl", [{"prompt": f"w{5 + i % 80} w6 w7", "max_tokens": 40} for i in range(400)])
     out = tmp_path / "many.out.jsonl"
     cmd = [sys.executable, "-m", "autolade", "batch", str(path), "--model", str(model_dir), "--max-batch", "2", "--no-compile"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
+    # SIGINT as a terminal's Ctrl-C delivers it: a shell's background job (CI under `&`, nohup) starts its children
+    # with SIGINT ignored, and a Python started so never raises KeyboardInterrupt
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (out.exists() and out.read_text().count("\n") >= 2):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.poll() is not None else "no record"
