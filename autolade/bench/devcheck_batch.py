@@ -81,26 +81,20 @@ def batch_section(check: Any, record: dict[str, Any], deadline: float) -> None:
 def run_arm(arm: str, *, model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, n: int, pad: int,
             eos: list[int]) -> tuple[list[list[int]], float, Any]:
     """One timed run of ``arm`` (hf, hf-static, eager, compiled) on the padded batch: each row's new tokens, the
-    seconds, and autolade's result (None for HF)."""
+    seconds (``harness.TIMER``: the device synchronised around the call), and autolade's result (None for HF)."""
     from autolade.api import generate
     from autolade.bench.padding import new_rows
-    from autolade.tuning.harness import static_kwargs
+    from autolade.tuning.harness import TIMER, static_kwargs
 
-    sync(model.device)
-    t0 = time.perf_counter()
-    res = None
-    with torch.inference_mode():
-        if arm.startswith("hf"):
-            extra = static_kwargs(model, ids.shape[1] + n) if arm == "hf-static" else {}
-            seq = model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad, **extra)
-        else:
+    def call():
+        with torch.inference_mode():
+            if arm.startswith("hf"):
+                extra = static_kwargs(model, ids.shape[1] + n) if arm == "hf-static" else {}
+                return model.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False, pad_token_id=pad,
+                                      **extra), None
             res = generate(model, ids, attention_mask=mask, max_new_tokens=n, memory=False, pad_token_id=pad,
                            compile=arm == "compiled")  # fmt: skip
-            seq = res.sequences
-    sync(model.device)
-    return new_rows(seq, ids.shape[1], eos), time.perf_counter() - t0, res
+            return res.sequences, res
 
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    (seq, res), seconds = TIMER(model.device, call)
+    return new_rows(seq, ids.shape[1], eos), seconds, res

@@ -45,6 +45,12 @@ class _Answers:
     found: Mapping[str, tuple[Any, str]] = field(default_factory=dict)  # workload tag -> (Profile or None, source)
     problem: str = ""  # why the store was not read ("": it was); the shared files still were
 
+    def compile_pays(self) -> bool:
+        """Whether both curves were measured and the compiled step is cheaper (``records.curve.compile_pays``)."""
+        from autolade.records.curve import compile_pays
+
+        return self.curve is not None and self.compiled_curve is not None and compile_pays(self.curve, self.compiled_curve)
+
 
 def _probe_identity(device: str):
     from autolade.machine.hardware import probe_hardware
@@ -145,15 +151,12 @@ class SettingsResolver:
         steps run compiled (None: where the stored curves say it pays); predictions are then priced on the
         compiled curve, and a profile that found plain greedy best on the other kind of steps gives way to a
         prediction on these (``_other_steps``)."""
-        from autolade.records.curve import compile_pays
-
         tag = workload_tag(workload) if workload else None
         # the named workload first; a profile of another workload on this machine beats a blind default
         order = lookup_order(workload)
         answers = self._read(model, order)
         if compiled is None:
-            compiled = answers.curve is not None and answers.compiled_curve is not None and compile_pays(
-                answers.curve, answers.compiled_curve)
+            compiled = answers.compile_pays()
         config, source, policy = self._choose(model, answers, order, tag, tokenizer, compiled=compiled)
         return config, (f"{source}; {answers.problem}" if answers.problem else source), policy
 
@@ -376,10 +379,7 @@ def stored_buckets(model: torch.nn.Module) -> tuple[int, ...] | None:
 def stored_compile(model: torch.nn.Module) -> bool:
     """Whether this machine's stored curves for this model and dtype say the compiled step pays
     (``records.curve.compile_pays``); False when no compiled curve was measured (``autolade profile --compile``)."""
-    from autolade.records.curve import compile_pays
-
-    answers = default_resolver().answers(model)
-    return answers.curve is not None and answers.compiled_curve is not None and compile_pays(answers.curve, answers.compiled_curve)
+    return default_resolver().answers(model).compile_pays()
 
 
 def stored_profile(model: torch.nn.Module, workload: str):

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,10 +81,7 @@ def read_job(path: Path, *, temperature: float = 0.0, max_tokens: int | None = N
         if not raw.strip():
             continue
         line = JobLine(line=number, digest=digest(raw))
-        if plain:
-            line = JobLine(line=number, digest=line.digest, body={"messages": [{"role": "user", "content": raw}]})
-        else:
-            line = _json_line(line, raw)
+        line = replace(line, body={"messages": [{"role": "user", "content": raw}]}) if plain else _json_line(line, raw)
         if line.error is None:
             line.body.setdefault("temperature", temperature)
             if max_tokens is not None and "max_tokens" not in line.body and "max_completion_tokens" not in line.body:
@@ -97,23 +94,22 @@ def read_job(path: Path, *, temperature: float = 0.0, max_tokens: int | None = N
 
 
 def _json_line(line: JobLine, raw: str) -> JobLine:
+    """``line`` (its number and digest) with the request ``raw`` holds, or the error that it holds none."""
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return JobLine(line=line.line, digest=line.digest, error=ApiError(400, f"line {line.line} is not valid JSON: {exc}"))
+        return replace(line, error=ApiError(400, f"line {line.line} is not valid JSON: {exc}"))
     if not isinstance(obj, dict):
-        return JobLine(line=line.line, digest=line.digest, error=ApiError(400, f"line {line.line} must be a JSON object"))
-    custom_id = obj.get("custom_id")
-    custom_id = None if custom_id is None else str(custom_id)
+        return replace(line, error=ApiError(400, f"line {line.line} must be a JSON object"))
+    line = replace(line, custom_id=None if obj.get("custom_id") is None else str(obj["custom_id"]))
     if "body" in obj:  # OpenAI's Batch API: the endpoint in "url", the request in "body"
         url, body = obj.get("url", CHAT_URL), obj.get("body")
         if url not in (CHAT_URL, COMPLETIONS_URL) or not isinstance(body, dict):
-            error = ApiError(400, f"line {line.line}: 'url' must be {CHAT_URL} or {COMPLETIONS_URL} and 'body' an object",
-                             param="url")
-            return JobLine(line=line.line, digest=line.digest, custom_id=custom_id, error=error)
-        return JobLine(line=line.line, digest=line.digest, custom_id=custom_id, body=dict(body), chat=url == CHAT_URL)
+            return replace(line, error=ApiError(400, f"line {line.line}: 'url' must be {CHAT_URL} or {COMPLETIONS_URL} "
+                                                     "and 'body' an object", param="url"))
+        return replace(line, body=dict(body), chat=url == CHAT_URL)
     body = {k: v for k, v in obj.items() if k != "custom_id"}
-    return JobLine(line=line.line, digest=line.digest, custom_id=custom_id, body=body, chat="prompt" not in body)
+    return replace(line, body=body, chat="prompt" not in body)
 
 
 def answered(out: Path, lines: list[JobLine]) -> set[int]:
