@@ -65,3 +65,30 @@ def test_stored_dtype_advice_reads_the_other_dtype_from_the_store():
         from_bf16 = stored_dtype_advice(AMX_BF16, store=store, hardware=hw, model_fingerprint={**fp, "dtype": "bfloat16"},
                                         table=window_table())
     assert from_fp32 == from_bf16 and from_fp32[0] == "bfloat16"  # one measurement, one answer, from either side
+
+
+def test_stored_dtype_advice_prices_each_dtype_on_the_steps_that_run():
+    from autolade.store.db import ProfileStore
+    from autolade.tuning.dtype_advice import stored_dtype_advice
+
+    hw = cpu_profile()
+    fp = {"name": "m", "config_hash": "abc123", "dtype": "float32"}
+    # the fp32 step compiled: as flat as bf16's eager step and a tenth cheaper, so compiled steps pay in fp32
+    fp32_compiled = StepCurve(points={256: {k: 0.9 * ms for k, ms in AMX_BF16.points[256].items()}}, compiled=True)
+    with ProfileStore(":memory:") as store:
+        store.save_curve(AMX_BF16, hardware_fingerprint=hw.fingerprint, model_fingerprint={**fp, "dtype": "bfloat16"})
+        eager_only = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp, table=window_table())
+        given = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp, table=window_table(),
+                                    compiled=fp32_compiled)
+        store.save_curve(fp32_compiled, hardware_fingerprint=hw.fingerprint, model_fingerprint=fp)
+        stored = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp, table=window_table())
+        # a compiled curve that costs more than the eager one is not what runs: the eager curve prices that dtype
+        dear = StepCurve(points={256: {k: 2 * ms for k, ms in AMX_BF16.points[256].items()}}, dtype="bfloat16",
+                         compiled=True)
+        store.save_curve(dear, hardware_fingerprint=hw.fingerprint, model_fingerprint={**fp, "dtype": "bfloat16"})
+        passed_over = stored_dtype_advice(AMX_FP32, store=store, hardware=hw, model_fingerprint=fp, table=window_table())
+    assert eager_only[0] == "bfloat16" and "compiled" not in eager_only[1]
+    assert given == stored and stored[0] == "float32"  # fp32 compiled decodes as fast as bf16 does: keep fp32's outputs
+    # 2 tokens a step for c(16): 19.98 ms compiled in fp32, 22.2 ms eager in bf16
+    assert "float32 9.99 ms/token (compiled, c(1) 18.0 ms" in stored[1] and "bfloat16 11.10 ms/token (c(1) 20.0" in stored[1]
+    assert passed_over == stored

@@ -30,7 +30,8 @@ def recommend_dtype(curves: dict[str, StepCurve], *, table: Any = None) -> tuple
     ratio = seen["float32"][0] / seen["bfloat16"][0]
     basis = "" if table is not None else "; no acceptance table, so greedy steps only (`autolade accept` measures one)"
     detail = "; ".join(
-        f"{dtype} {ms:.2f} ms/token (c(1) {curves[dtype].cost(1):.1f} ms, {label})" for dtype, (ms, label) in seen.items()
+        f"{dtype} {ms:.2f} ms/token ({'compiled, ' if curves[dtype].compiled else ''}c(1) {curves[dtype].cost(1):.1f} ms, "
+        f"{label})" for dtype, (ms, label) in seen.items()
     ) + basis
     if ratio >= DTYPE_MARGIN:
         return "bfloat16", (f"step curves predict {ratio:.2f}x float32's decoding speed for this model ({detail}); "
@@ -50,15 +51,30 @@ def _per_token(curve: StepCurve, table: Any) -> tuple[float, str]:
 
 
 def stored_dtype_advice(curve: StepCurve, *, store: Any, hardware: Any, model_fingerprint: dict[str, str],
-                        table: Any = None) -> tuple[str | None, str]:
-    """(dtype, why) for this machine and model: ``curve`` (this dtype's) against the other dtype's
-    latest stored curve, priced with the acceptance ``table`` if given (see ``recommend_dtype``);
-    ``(None, how to measure it)`` when the other curve is not stored yet."""
+                        table: Any = None, compiled: StepCurve | None = None) -> tuple[str | None, str]:
+    """(dtype, why) for this machine and model: ``curve`` (this dtype's eager curve) against the other dtype's
+    latest stored one, priced with the acceptance ``table`` if given (see ``recommend_dtype``);
+    ``(None, how to measure it)`` when the other curve is not stored yet.
+
+    Each dtype is priced on the steps ``generate()`` would run in it: its compiled curve (``compiled`` for this
+    dtype, else the latest stored one) where ``records.curve.compile_pays`` says compiled steps pay, else the eager
+    curve, as settings resolution decides."""
     if curve.dtype not in ("float32", "bfloat16"):
         return None, f"no dtype advice for {curve.dtype}: it compares float32 and bfloat16 step curves"
     other = "bfloat16" if curve.dtype == "float32" else "float32"
-    stored = store.latest_curve(hardware_fingerprint=hardware.fingerprint, model_fingerprint=model_fingerprint, dtype=other)
+    key = dict(hardware_fingerprint=hardware.fingerprint, model_fingerprint=model_fingerprint)
+    stored = store.latest_curve(**key, dtype=other)
     if stored is None:
         return None, (f"no {other} step curve of this model on this machine yet: run `autolade profile --dtype {other}` "
                       "to compare the two dtypes")
-    return recommend_dtype({curve.dtype: curve, other: stored}, table=table)
+    mine = compiled if compiled is not None else store.latest_curve(**key, dtype=curve.dtype, compiled=True)
+    return recommend_dtype({curve.dtype: running_curve(curve, mine),
+                            other: running_curve(stored, store.latest_curve(**key, dtype=other, compiled=True))},
+                           table=table)
+
+
+def running_curve(eager: StepCurve, compiled: StepCurve | None) -> StepCurve:
+    """The curve a decode meets: the compiled one as run (``as_run``) where it was measured and pays, else ``eager``."""
+    from autolade.records.curve import as_run, compile_pays
+
+    return as_run(compiled) if compiled is not None and compile_pays(eager, compiled) else eager

@@ -95,7 +95,8 @@ def profile_machine(*, model: str, dtype: str = "float32", quick: bool = False, 
             run.predicted[workload] = store_prediction(
                 store, mdl, tok, table=table, source=source, curve=pricing, hardware=hardware, fingerprint=fp,
                 workload=workload, verify=verify, echo=echo, compiled=bool(run.compile))
-        recommended, why = stored_dtype_advice(curve, store=store, hardware=hardware, model_fingerprint=fp, table=chat_table)
+        recommended, why = stored_dtype_advice(curve, store=store, hardware=hardware, model_fingerprint=fp, table=chat_table,
+                                               compiled=compiled)
         run.recommended_dtype, run.dtype_why = recommended, why
         echo(f"dtype: {recommended} recommended: {why}" if recommended else f"dtype: {why}")
     if plot:
