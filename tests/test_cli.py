@@ -158,6 +158,23 @@ def test_generate_notes_a_workload_new_to_the_model(tmp_path):
     assert "new for this model" not in run("--workload", "limericks", "--no-memory")  # nothing is started
 
 
+def test_generate_notes_bf16_on_a_cpu_without_bf16_instructions(tmp_path):
+    """bf16 on a CPU whose flags show neither avx512_bf16 nor AMX: a note names the commands that compare the
+    dtypes; never in fp32, and never where the chip has them (whichever this machine is)."""
+    from autolade.machine.hardware import probe_hardware
+
+    model = _tiny_model_dir(tmp_path)
+    flags = set(probe_hardware(measure=False).cpu_flags)
+    outputs = {}
+    for dtype in ("bfloat16", "float32"):
+        res = CliRunner().invoke(cli, ["generate", "w3 w4 w5 w6 w3 w4", "-m", model, "-n", "4", "-W", "2", "--raw",
+                                       "--no-memory", "--dtype", dtype])
+        assert res.exit_code == 0, res.output + repr(res.exception)
+        outputs[dtype] = res.output
+    assert ("no bf16 matmul instructions" in outputs["bfloat16"]) == (not {"avx512_bf16", "amx_bf16"} & flags)
+    assert "no bf16 matmul instructions" not in outputs["float32"]
+
+
 def _tiny_model_dir(root) -> str:
     """A tiny random Llama with a word tokenizer, saved as a Hugging Face directory under ``root``."""
     from tiny import tiny_llama_dir, word_tokenizer

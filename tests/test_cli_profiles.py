@@ -203,9 +203,15 @@ def test_profile_compile_measures_and_stores_the_compiled_curve(home, tmp_path, 
     with ProfileStore() as store:
         curves = [json.loads(r["curve"]) for r in store.db.query("select curve from curves order by id")]
     assert [c["compiled"] for c in curves] == [False, True] and "64" in curves[1]["points"]["128"]
+    assert curves[1]["warmup_s"] > 0 and curves[0]["warmup_s"] is None  # what a one-shot run weighs compiling against
     on = run("generate", "w3 w4 w5 w3 w4", "--model", str(model_dir), "-n", "6", "--compile", "--stats", "--no-memory")
     assert on.exit_code == 0, on.output
     assert "compiled steps (one graph of dynamic width, padded to buckets [" in on.output  # a CPU: one frozen graph
     off = run("generate", "w3 w4 w5 w3 w4", "--model", str(model_dir), "-n", "6", "--no-compile", "--stats", "--no-memory")
     assert off.exit_code == 0 and "compiled steps" not in off.output
     assert off.output.split("\n")[0] == on.output.split("\n")[0]  # the same text
+    # no flag: 6 tokens never win back seconds of warm-up, so a one-shot run stays eager, and says so where the
+    # curves alone would have compiled
+    default = run("generate", "w3 w4 w5 w3 w4", "--model", str(model_dir), "-n", "6", "--stats", "--no-memory")
+    assert default.exit_code == 0 and "compiled steps (" not in default.output, default.output
+    assert ("is won back only after about" in default.output) == ("compiled steps: on for generate()" in out)

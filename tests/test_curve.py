@@ -74,6 +74,31 @@ def test_compiled_flag_round_trips_and_is_validated():
         StepCurve.from_dict({**COMPILED.to_dict(), "compiled": "yes"})
 
 
+def test_warmup_round_trips_is_validated_and_read_from_an_older_curves_note():
+    from dataclasses import replace
+
+    from autolade.records.curve import breakeven_tokens
+
+    timed = replace(COMPILED, warmup_s=54.1)
+    assert StepCurve.from_dict(timed.to_dict()).warmup_s == 54.1
+    assert StepCurve.from_dict(COMPILED.to_dict()).warmup_s is None
+    for bad in (-1, "54 s", True, float("nan")):
+        with pytest.raises(ProfileError, match="'warmup_s' must be seconds"):
+            StepCurve.from_dict({**timed.to_dict(), "warmup_s": bad})
+    # a curve stored before the field: its note, as measure_compiled_curve writes it, gives the warm-up
+    older = {**COMPILED.to_dict(), "notes": ["compiled (default): warm-up 47.2 s for 1 graphs (buckets 1, 2); 50.7 s in all"]}
+    del older["warmup_s"]
+    assert StepCurve.from_dict(older).warmup_s == 47.2
+    assert StepCurve.from_dict({**older, "compiled": False}).warmup_s is None  # an eager curve has none
+    # break-even: warm-up / the most one step saves (at most one step per token)
+    eager = StepCurve(points={128: {1: 32.9, 2: 34.7, 4: 52.0, 8: 61.5, 16: 70.8}})
+    compiled = StepCurve(points={128: {1: 35.3, 2: 34.3, 4: 37.3, 8: 42.7, 16: 53.2}}, compiled=True, warmup_s=54.1)
+    assert breakeven_tokens(eager, compiled) == pytest.approx(54100 / (61.5 - 42.7))  # k=8 saves the most
+    assert breakeven_tokens(eager, replace(compiled, warmup_s=None)) is None
+    dearer = StepCurve(points={128: {k: 2 * ms for k, ms in eager.points[128].items()}}, compiled=True, warmup_s=5.0)
+    assert breakeven_tokens(eager, dearer) is None  # never won back
+
+
 def test_as_run_prices_each_width_at_its_bucket():
     from autolade.records.curve import as_run
 

@@ -92,3 +92,16 @@ def test_stored_dtype_advice_prices_each_dtype_on_the_steps_that_run():
     # 2 tokens a step for c(16): 19.98 ms compiled in fp32, 22.2 ms eager in bf16
     assert "float32 9.99 ms/token (compiled, c(1) 18.0 ms" in stored[1] and "bfloat16 11.10 ms/token (c(1) 20.0" in stored[1]
     assert passed_over == stored
+
+
+def test_isa_note_names_a_cpu_without_bf16_instructions():
+    from autolade.tuning.dtype_advice import isa_note
+
+    bare = cpu_profile(cpu_model="Intel(R) Xeon(R) Processor", cpu_vendor="GenuineIntel", cpu_family="6",
+                       cpu_flags=("avx2", "avx512f", "avx512_vnni"))
+    note = isa_note(bare, "bfloat16")
+    assert note is not None and "no bf16 matmul instructions" in note and "autolade profile --dtype float32" in note
+    assert isa_note(bare, "float32") is None  # fp32 needs nothing the chip lacks
+    assert isa_note(cpu_profile(), "bfloat16") is None  # avx512_bf16
+    assert isa_note(cpu_profile(cpu_flags=("avx2", "avx512f", "amx_tile", "amx_bf16")), "bfloat16") is None
+    assert isa_note(cpu_profile(device="cuda:0"), "bfloat16") is None  # a GPU's bf16 is not the CPU's business

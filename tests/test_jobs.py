@@ -61,6 +61,13 @@ def test_lines_of_every_kind_are_read_with_the_job_defaults(tmp_path):
     text = tmp_path / "in.txt"
     text.write_text("first prompt\n\nsecond one\n", encoding="utf-8")
     assert [(line.line, line.body["messages"][0]["content"]) for line in read_job(text)] == [(1, "first prompt"), (3, "second one")]
+    # what a job asks for in all, weighed against a compiled graph's warm-up: 5 + 9 + 5, the bad lines not counted;
+    # a line that names no max_tokens gets the API's default
+    from autolade.serve.jobs import job_tokens
+    from autolade.serve.requests import DEFAULT_MAX_TOKENS
+
+    assert job_tokens(lines) == 19
+    assert job_tokens(read_job(text)) == 2 * DEFAULT_MAX_TOKENS
 
 
 def test_an_empty_or_missing_input_is_refused_with_what_to_give(tmp_path):

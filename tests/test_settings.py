@@ -79,13 +79,13 @@ def test_no_profile_falls_back_to_the_builtin_default_and_says_so(llama):
     assert config == CPU_DEFAULT and policy is None and source.startswith("default (built-in")
 
 
-def _save_curve(model, points, *, compiled: bool = False):
+def _save_curve(model, points, *, compiled: bool = False, warmup_s: float | None = None):
     from autolade.records.curve import StepCurve
 
     hw = probe_hardware(device="cpu", measure=False)
     fp = model_fingerprint(model)
     with ProfileStore() as store:
-        store.save_curve(StepCurve(points=points, compiled=compiled), hardware_fingerprint=hw.fingerprint, hardware_class=hw.hardware_class,
+        store.save_curve(StepCurve(points=points, compiled=compiled, warmup_s=warmup_s), hardware_fingerprint=hw.fingerprint, hardware_class=hw.hardware_class,
                          hardware_summary="test", model_fingerprint=fp, dtype=fp["dtype"])
 
 
@@ -116,6 +116,22 @@ def test_compile_is_chosen_by_the_stored_curves(llama):
     assert not stored_compile(llama)  # compiled, but no cheaper: eager
     _save_curve(llama, {256: {1: 8.0, 8: 10.0, 16: 12.0}}, compiled=True)
     assert stored_compile(llama)
+
+
+def test_a_run_compiles_only_where_its_tokens_win_back_the_warm_up(llama):
+    from autolade.runtime.settings import compile_for_run
+
+    assert compile_for_run(llama, new_tokens=10**6) == (False, "")  # nothing measured: eager, nothing to say
+    _save_curve(llama, {256: {1: 23.3, 2: 25.5, 4: 25.7, 8: 30.4, 16: 33.6}})
+    _save_curve(llama, {256: {1: 8.0, 8: 10.0, 16: 12.0}}, compiled=True)
+    assert compile_for_run(llama, new_tokens=1) == (True, "")  # no warm-up recorded: the curves decide
+    _save_curve(llama, {256: {1: 8.0, 8: 10.0, 16: 12.0}}, compiled=True, warmup_s=43.2)
+    # k=16 saves the most (21.6 ms a step): 43.2 s back after 2,000 steps, so at least 2,000 tokens
+    compiled, why = compile_for_run(llama, new_tokens=128)
+    assert not compiled and "warm-up (43 s" in why and "about 2,000 new tokens, not 128" in why and "--compile" in why
+    assert compile_for_run(llama, new_tokens=2000) == (True, "")
+    _save_curve(llama, {256: {1: 24.0, 8: 31.0, 16: 34.0}}, compiled=True, warmup_s=1.0)
+    assert compile_for_run(llama, new_tokens=10**6) == (False, "")  # no cheaper compiled: eager, as before
 
 
 def test_a_compiled_decode_is_priced_on_the_compiled_steps(llama):

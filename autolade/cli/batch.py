@@ -28,8 +28,8 @@ from autolade.cli.errors import clean_errors
               "requests, code for raw prompts)")
 @click.option("--memory/--no-memory", default=None, help="draft from (and remember in) the n-gram memory (default: on when greedy)")
 @click.option("--compile/--no-compile", "compile_", default=None,
-              help="run the batched step compiled (default: where `autolade profile --compile` measured that it pays); "
-                   "building the graph takes a minute or two on a CPU, so --no-compile for a short job")
+              help="run the batched step compiled (default: where `autolade profile --compile` measured that it pays "
+                   "and the job's tokens win back the graph's warm-up, a minute or two on a CPU)")
 @click.option("--trust-remote-code", is_flag=True, help="allow model repos to run their own code (off by default)")
 @clean_errors
 def batch_command(input_path, output, overwrite, model, dtype, max_batch, temperature, max_tokens, workload, memory,
@@ -37,7 +37,8 @@ def batch_command(input_path, output, overwrite, model, dtype, max_batch, temper
     """Answer every request of INPUT, several decoded together: JSON Lines of chat bodies ({"messages": [...]}),
     completion bodies ({"prompt": "..."}) or OpenAI Batch API lines, or a .txt file of one prompt per line."""
     from autolade import api
-    from autolade.serve.jobs import BatchJob, read_job
+    from autolade.runtime.settings import compile_for_run
+    from autolade.serve.jobs import BatchJob, job_tokens, read_job
     from autolade.serve.worker import ModelServer
 
     lines = read_job(input_path, temperature=temperature, max_tokens=max_tokens)  # a bad input fails before the model loads
@@ -46,6 +47,10 @@ def batch_command(input_path, output, overwrite, model, dtype, max_batch, temper
         raise click.BadParameter("the output would overwrite the input: give another --output", param_hint="--output")
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype, trust_remote_code=trust_remote_code)
+    if compile_ is None:  # the graph's warm-up counts against this job's tokens
+        compile_, why = compile_for_run(mdl, new_tokens=job_tokens(lines))
+        if why:
+            click.echo(f"note: {why}", err=True)
     server = ModelServer(mdl, tok, name=model, workload=workload, memory=memory, max_batch=max_batch, compile=compile_)
     if server.compiled:
         click.echo("autolade: compiling the batched step (one graph; a minute or two on a CPU)...", err=True)

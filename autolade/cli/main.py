@@ -86,7 +86,8 @@ class TextStream:
 @click.option("--memory/--no-memory", default=None, help="draft from (and remember in) the n-gram memory of earlier answers (default: on)")
 @click.option("--new-workload", is_flag=True, help="--workload names a new workload on purpose: no note that it starts a new memory bucket")
 @click.option("--compile/--no-compile", "compile_", default=None,
-              help="compiled decode steps (torch.compile, fixed widths, static cache; default: where `autolade profile --compile` found they pay)")
+              help="compiled decode steps (torch.compile, fixed widths, static cache; default: where `autolade profile --compile` "
+                   "found they pay and -n tokens win back their warm-up)")
 @clean_errors
 def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workload, policy, plot_path, raw, stats,
              trust_remote_code, do_sample, temperature, top_k, top_p, min_p, repetition_penalty, seed, memory, new_workload,
@@ -94,6 +95,7 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
     """Generate a completion for PROMPT with exact lookahead decoding."""
     from autolade import api
     from autolade.errors import InputError
+    from autolade.runtime.settings import compile_for_run
     from autolade.workloads import encode_prompt, infer_workload, workload_tag
 
     if not prompt.strip():
@@ -105,10 +107,16 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
     named, workload = workload, workload or infer_workload(prompt)
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype, trust_remote_code=trust_remote_code)
+    if note := api.dtype_note(mdl):
+        click.echo(f"note: {note}", err=True)
     remembers = (memory if memory is not None else not do_sample and api.MEMORY_DEFAULT) is True
     if named and remembers and not new_workload and workload_tag(named) not in (known := api.known_workloads(mdl)):
         click.echo(f"note: workload {workload_tag(named)!r} is new for this model (known: {', '.join(known)}); its "
                    "answers start a new memory bucket: pass --new-workload if that is meant", err=True)
+    if compile_ is None:  # one call in a fresh process: the graph's warm-up counts against it
+        compile_, why = compile_for_run(mdl, new_tokens=max_new_tokens)
+        if why:
+            click.echo(f"note: {why}", err=True)
     ids = encode_prompt(tok, prompt, raw=raw)
     stream = TextStream(tok)
     res = api.generate(

@@ -162,7 +162,7 @@ def measure_compiled_curve(
                  f"(buckets {', '.join(map(str, widths))}); {time.perf_counter() - t_compile:.1f} s in all")
     return StepCurve(points=points, device=str(device), dtype=str(param.dtype).removeprefix("torch."), repeats=repeats,
                      model=name, torch_threads=torch.get_num_threads() if device.type == "cpu" else None, spread=spread,
-                     notes=tuple(notes), compiled=True)
+                     notes=tuple(notes), compiled=True, warmup_s=round(runner.log.warmup_total_s, 3))
 
 
 def _checked_ks(model: Any, ks: Any, contexts: Any, *, repeats: int, warmup: int, device_type: str) -> list[int]:

@@ -9,6 +9,7 @@ a measured acceptance table (r and k per setting) on it to choose settings.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,6 +35,7 @@ class StepCurve:
     spread: dict[int, dict[int, float]] | None = None  # {context: {k: (max - min) / median}} over the repeats
     notes: tuple[str, ...] = ()  # e.g. "system busy while measuring ..."; shown with the table
     compiled: bool = False  # measured through the compiled step (engine/compiled.py) at its bucket widths
+    warmup_s: float | None = None  # compiled curves: seconds the first steps spent compiling (None: not recorded)
 
     def __post_init__(self) -> None:
         if not isinstance(self.points, dict) or not self.points:
@@ -150,6 +152,7 @@ class StepCurve:
             "spread": _str_keys(self.spread) if self.spread else None,
             "notes": list(self.notes),
             "compiled": self.compiled,
+            "warmup_s": self.warmup_s,
         }
 
     @classmethod
@@ -169,6 +172,13 @@ class StepCurve:
         for key, kind in (("device", str), ("dtype", str), ("repeats", int), ("compiled", bool)):
             if key in data and not isinstance(data[key], kind):
                 raise ProfileError(f"step curve: '{key}' must be {kind.__name__}, got {data[key]!r}")
+        warmup = data.get("warmup_s")
+        if warmup is None and data.get("compiled") is True:  # curves from before the field: their note says it
+            said = next((m for n in notes if isinstance(n, str) and (m := re.search(r"warm-up ([0-9.]+) s", n))), None)
+            warmup = float(said.group(1)) if said else None
+        if warmup is not None and (isinstance(warmup, bool) or not isinstance(warmup, (int, float))
+                                   or not math.isfinite(warmup) or warmup < 0):
+            raise ProfileError(f"step curve: 'warmup_s' must be seconds >= 0 or null, got {warmup!r}")
         return cls(
             points=points,
             device=data.get("device", "cpu"),
@@ -179,6 +189,7 @@ class StepCurve:
             spread=spread,
             notes=tuple(notes),
             compiled=data.get("compiled", False),
+            warmup_s=None if warmup is None else float(warmup),
         )
 
 
@@ -217,6 +228,16 @@ def compile_pays(eager: StepCurve, compiled: StepCurve, *, ks: tuple[int, ...] =
             return False  # the compiled curve does not reach this width
         ratios.append(cost / eager.cost(k))
     return sum(ratios) / len(ratios) < margin
+
+
+def breakeven_tokens(eager: StepCurve, compiled: StepCurve, *, ks: tuple[int, ...] = (1, 2, 4, 8, 16)) -> float | None:
+    """New tokens a decode needs before compiled steps win back the warm-up ``compiled`` recorded: at most one step
+    per token, each saving the most any width of ``ks`` saves (so a lower bound: drafts that are accepted mean fewer
+    steps). None: no warm-up recorded, or no width cheaper compiled."""
+    saving = max((eager.cost(k) - cost for k in ks if (cost := bucket_cost(compiled, k)) is not None), default=0.0)
+    if compiled.warmup_s is None or saving <= 0:
+        return None
+    return compiled.warmup_s * 1000.0 / saving
 
 
 def _str_keys(table: dict[int, dict[int, float]]) -> dict[str, dict[str, float]]:

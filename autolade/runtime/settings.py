@@ -382,6 +382,24 @@ def stored_compile(model: torch.nn.Module) -> bool:
     return default_resolver().answers(model).compile_pays()
 
 
+def compile_for_run(model: torch.nn.Module, *, new_tokens: int) -> tuple[bool, str]:
+    """(compile, note) for a process that decodes ``new_tokens`` in all and has compiled nothing yet (a command
+    line run): compiled where the stored curves say the compiled step pays and ``new_tokens`` win back the warm-up
+    the compiled curve recorded (``records.curve.breakeven_tokens``); a curve without one decides alone. The note,
+    "" unless the warm-up overrules the curves, says why the steps run eager."""
+    from autolade.records.curve import breakeven_tokens
+
+    answers = default_resolver().answers(model)
+    if not answers.compile_pays():
+        return False, ""
+    need = breakeven_tokens(answers.curve, answers.compiled_curve)
+    if need is None or new_tokens >= need:
+        return True, ""
+    return False, (f"eager steps: compiled ones pay on this machine, but their warm-up ({answers.compiled_curve.warmup_s:.0f} s, "
+                   f"measured by `autolade profile --compile`) is won back only after about {need:,.0f} new tokens, not "
+                   f"{new_tokens:,}; --compile runs them anyway")
+
+
 def stored_profile(model: torch.nn.Module, workload: str):
     """(profile, source) for exactly this workload; a ``ConfigError`` that names the fix if there is none."""
     return default_resolver().stored_profile(model, workload)

@@ -64,6 +64,14 @@ class JobSummary:
     interrupted: bool = False
 
 
+def job_tokens(lines: list[JobLine]) -> int:
+    """The most new tokens the job's readable lines ask for (``max_tokens``, else the API's default)."""
+    from autolade.serve.requests import DEFAULT_MAX_TOKENS
+
+    asked = (line.body.get("max_completion_tokens") or line.body.get("max_tokens") for line in lines if line.error is None)
+    return sum(n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else DEFAULT_MAX_TOKENS for n in asked)
+
+
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 

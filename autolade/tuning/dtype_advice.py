@@ -78,3 +78,17 @@ def running_curve(eager: StepCurve, compiled: StepCurve | None) -> StepCurve:
     from autolade.records.curve import as_run, compile_pays
 
     return as_run(compiled) if compiled is not None and compile_pays(eager, compiled) else eager
+
+
+def isa_note(hardware: Any, dtype: str) -> str | None:
+    """A note for a bf16 decode on a CPU that shows no bf16 matmul instructions (``avx512_bf16``, AMX), else None.
+
+    There a bf16 step converts its operands to fp32 (the 2-core AVX-512 Xeon without them measured bf16 matmuls at
+    a fifth of fp32's rate, a 16-token step at 3.8x one against 2.2x in fp32; BENCHMARKS.md), so fp32 may decode as
+    fast, with fp32 greedy's tokens. A fact about the chip, not a measurement: the measured answer is
+    ``stored_dtype_advice``, which the note names the commands for."""
+    if hardware.is_gpu or dtype != "bfloat16" or {"avx512_bf16", "amx_bf16"} & set(hardware.cpu_flags):
+        return None
+    return ("this CPU shows no bf16 matmul instructions (avx512_bf16, AMX): bf16 steps convert to fp32 and wide steps "
+            "cost more than in fp32, which may decode as fast with fp32 greedy's tokens; `autolade profile --dtype "
+            "bfloat16` then `autolade profile --dtype float32` measures both and says which to run")
