@@ -32,15 +32,6 @@ def load(name_or_path: str = "smollm2-135m", *, dtype: str = "float32", trust_re
     return _load(name_or_path, dtype=dtype, trust_remote_code=trust_remote_code)
 
 
-def dtype_note(model: torch.nn.Module) -> str | None:
-    """A note on ``model``'s dtype on this machine, or None: a bf16 model on a CPU that shows no bf16 matmul
-    instructions (``tuning.dtype_advice.isa_note``)."""
-    from autolade.runtime.settings import default_resolver
-    from autolade.tuning.dtype_advice import isa_note
-
-    return isa_note(default_resolver().hardware(model), str(next(model.parameters()).dtype).removeprefix("torch."))
-
-
 def known_workloads(model: torch.nn.Module) -> list[str]:
     """The workload tags ``model`` has met, sorted: the ones settings resolution always tries (general,
     chat, code), those the n-gram memory holds answers or a recycling table under, and those a stored

@@ -95,7 +95,8 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
     """Generate a completion for PROMPT with exact lookahead decoding."""
     from autolade import api
     from autolade.errors import InputError
-    from autolade.runtime.settings import compile_for_run
+    from autolade.runtime.settings import compile_for_run, default_resolver
+    from autolade.tuning.dtype_advice import isa_note
     from autolade.workloads import encode_prompt, infer_workload, workload_tag
 
     if not prompt.strip():
@@ -107,7 +108,7 @@ def generate(prompt, model, dtype, max_new_tokens, window, ngram, guesses, workl
     named, workload = workload, workload or infer_workload(prompt)
     click.echo(f"loading {model} ({dtype})...", err=True)
     mdl, tok = api.load(model, dtype=dtype, trust_remote_code=trust_remote_code)
-    if note := api.dtype_note(mdl):
+    if note := isa_note(default_resolver().hardware(mdl), dtype):  # bf16 on a CPU without bf16 instructions
         click.echo(f"note: {note}", err=True)
     remembers = (memory if memory is not None else not do_sample and api.MEMORY_DEFAULT) is True
     if named and remembers and not new_workload and workload_tag(named) not in (known := api.known_workloads(mdl)):
