@@ -230,6 +230,12 @@ def compile_pays(eager: StepCurve, compiled: StepCurve, *, ks: tuple[int, ...] =
     return sum(ratios) / len(ratios) < margin
 
 
+def running_curve(eager: StepCurve, compiled: StepCurve | None) -> StepCurve:
+    """The curve a decode meets where the stored curves choose: the compiled one as run (``as_run``) where it was
+    measured and pays (``compile_pays``), else ``eager``."""
+    return as_run(compiled) if compiled is not None and compile_pays(eager, compiled) else eager
+
+
 def breakeven_tokens(eager: StepCurve, compiled: StepCurve, *, ks: tuple[int, ...] = (1, 2, 4, 8, 16)) -> float | None:
     """New tokens a decode needs before compiled steps win back the warm-up ``compiled`` recorded: at most one step
     per token, each saving the most any width of ``ks`` saves (so a lower bound: drafts that are accepted mean fewer

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from autolade.errors import AutoladeError
-from autolade.serve.requests import ApiError, decode_request
+from autolade.serve.requests import DEFAULT_MAX_TOKENS, ApiError, decode_request, requested_tokens
 from autolade.serve.turns import Cancelled
 
 CHAT_URL, COMPLETIONS_URL = "/v1/chat/completions", "/v1/completions"
@@ -65,11 +65,14 @@ class JobSummary:
 
 
 def job_tokens(lines: list[JobLine]) -> int:
-    """The most new tokens the job's readable lines ask for (``max_tokens``, else the API's default)."""
-    from autolade.serve.requests import DEFAULT_MAX_TOKENS
+    """The most new tokens the job's readable lines ask for (``requests.requested_tokens``, else the API's default)."""
+    def asked(body: dict[str, Any]) -> int:
+        try:
+            return requested_tokens(body) or DEFAULT_MAX_TOKENS
+        except ApiError:  # refused when it runs; counted as the default meanwhile
+            return DEFAULT_MAX_TOKENS
 
-    asked = (line.body.get("max_completion_tokens") or line.body.get("max_tokens") for line in lines if line.error is None)
-    return sum(n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else DEFAULT_MAX_TOKENS for n in asked)
+    return sum(asked(line.body) for line in lines if line.error is None)
 
 
 def digest(text: str) -> str:

@@ -96,7 +96,7 @@ def decode_request(body: dict[str, Any], *, chat: bool, served: str) -> DecodeRe
         chat=chat,
         messages=_messages(body.get("messages")) if chat else (),
         prompt="" if chat else _prompt(body.get("prompt")),
-        max_tokens=_max_tokens(body),
+        max_tokens=requested_tokens(body),
         temperature=_number(body, "temperature", 1.0, low=0.0, high=2.0),
         top_p=_number(body, "top_p", 1.0, low=0.0, high=1.0, open_low=True),
         seed=_seed(body.get("seed")),
@@ -133,7 +133,9 @@ def _prompt(raw: Any) -> str:
     return raw
 
 
-def _max_tokens(body: dict[str, Any]) -> int | None:
+def requested_tokens(body: dict[str, Any]) -> int | None:
+    """The new tokens a request body asks for (``max_completion_tokens``, else ``max_tokens``); None: it names none;
+    an ``ApiError`` for a value that is not an integer >= 1."""
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     value = body.get(name)
     if value is None:

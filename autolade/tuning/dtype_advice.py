@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from autolade.records.curve import StepCurve
+from autolade.records.curve import StepCurve, running_curve
 
 # bf16 is recommended over fp32 only when its step curve predicts decoding at least this much
 # faster: it gives up fp32 greedy's outputs (a bf16 model is exactly greedy in bf16) for the speed.
@@ -73,13 +73,6 @@ def stored_dtype_advice(curve: StepCurve, *, store: Any, hardware: Any, model_fi
                            table=table)
 
 
-def running_curve(eager: StepCurve, compiled: StepCurve | None) -> StepCurve:
-    """The curve a decode meets: the compiled one as run (``as_run``) where it was measured and pays, else ``eager``."""
-    from autolade.records.curve import as_run, compile_pays
-
-    return as_run(compiled) if compiled is not None and compile_pays(eager, compiled) else eager
-
-
 def isa_note(hardware: Any, dtype: str) -> str | None:
     """A note for a bf16 decode on a CPU that shows no bf16 matmul instructions (``avx512_bf16``, AMX), else None.
 
@@ -87,7 +80,7 @@ def isa_note(hardware: Any, dtype: str) -> str | None:
     a fifth of fp32's rate, a 16-token step at 3.8x one against 2.2x in fp32; BENCHMARKS.md), so fp32 may decode as
     fast, with fp32 greedy's tokens. A fact about the chip, not a measurement: the measured answer is
     ``stored_dtype_advice``, which the note names the commands for."""
-    if hardware.is_gpu or dtype != "bfloat16" or {"avx512_bf16", "amx_bf16"} & set(hardware.cpu_flags):
+    if hardware.is_gpu or dtype != "bfloat16" or hardware.isa_class in ("amx", "avx512_bf16"):
         return None
     return ("this CPU shows no bf16 matmul instructions (avx512_bf16, AMX): bf16 steps convert to fp32 and wide steps "
             "cost more than in fp32, which may decode as fast with fp32 greedy's tokens; `autolade profile --dtype "

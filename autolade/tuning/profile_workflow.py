@@ -49,7 +49,7 @@ def profile_machine(*, model: str, dtype: str = "float32", quick: bool = False, 
     from autolade.machine.hardware import probe_hardware
     from autolade.machine.models import load, model_fingerprint
     from autolade.machine.step_curve import measure_step_curve, plot_curve
-    from autolade.records.curve import as_run, compile_pays
+    from autolade.records.curve import compile_pays, running_curve
     from autolade.records.vocab import model_tokenizer_fingerprints
     from autolade.store.db import ProfileStore
     from autolade.store.tables import find_table
@@ -83,7 +83,7 @@ def profile_machine(*, model: str, dtype: str = "float32", quick: bool = False, 
         else:
             echo("compiled steps: not measured this run; `autolade profile --compile` (about a minute more) times them "
                  "and turns them on for generate() where they pay")
-        pricing = as_run(compiled) if run.compile else curve  # the predictions are priced on the steps that will run
+        pricing = running_curve(curve, compiled)  # the predictions are priced on the steps that will run
         chat_table = None
         for workload in WORKLOADS:
             table, source = find_table(store, model_fingerprint=fp, tokenizer_fingerprint=tok_fp, workload=workload,
