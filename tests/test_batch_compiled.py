@@ -11,6 +11,7 @@ from autolade.engine.batch import BatchDecoder, RowRequest, decode_batch
 from autolade.engine.batch_compiled import CompiledBatchRunner
 from autolade.engine.batch_prefill import PrefillChoice
 from autolade.engine.compiled import widen_mask
+from autolade.engine.decode import ModelRunner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -64,3 +65,13 @@ def test_a_padding_column_sees_only_itself():
     for j in (1, 2):
         assert (wide[:, 0, j] == 0).nonzero()[:, 1].tolist() == [3 + j, 3 + j], "padding column j sees only itself"
 
+
+
+def test_the_step_budget_is_told_the_shape_that_runs():
+    """Narrow steps run padded to two columns and two rows (one graph for every shape); the eager runner
+    computes what it is given."""
+    model = MODELS["llama"]()
+    assert CompiledBatchRunner(model).step_tokens(1, 1) == 4
+    assert CompiledBatchRunner(model).step_tokens(4, 1) == 8
+    assert CompiledBatchRunner(model).step_tokens(4, 3) == 12
+    assert ModelRunner(model).step_tokens(4, 1) == 4

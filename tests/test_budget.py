@@ -108,3 +108,15 @@ def test_a_cut_that_promises_less_than_the_tie_margin_is_not_made():
     tail = [learned([1])] * 2  # only the first node pays: a cut to 2 saves 12 of 16 tokens
     assert step_widths(lambda k: 100.0 + 0.3 * k, sizes, sizes, tail) == [8, 8]  # 3.4% cheaper: within TIE
     assert step_widths(lambda k: 100.0 + 1.0 * k, sizes, sizes, tail) == [2, 2]  # 10.7% cheaper: cut
+
+
+def test_a_width_the_runner_pads_is_priced_as_what_runs():
+    """A compiled batch runner runs a one-column step as two columns: there the second column costs nothing, so a
+    draft the eager pricing would leave out (each token costs a tenth of a step) goes in."""
+    sizes = [6, 6, 6, 6]
+    weak = learned([])
+    weak.learn([1])  # the first draft node accepted once: 0.2 expected
+    cost = lambda k: 100.0 + 10.0 * k
+    assert step_widths(cost, sizes, sizes, [weak] * 4) == [1, 1, 1, 1]
+    padded = lambda rows, width: rows * max(width, 2)
+    assert step_widths(cost, sizes, sizes, [weak] * 4, step_tokens=padded) == [2, 2, 2, 2]

@@ -235,7 +235,8 @@ class BatchDecoder:
             plans.append(plan)
             drafted.append(d)
         whole = [len(d.tree) for d in drafted]
-        widths = step_widths(self.step_cost, [s.size for s in steps], whole, [row.accepts for row in self.rows])
+        widths = step_widths(self.step_cost, [s.size for s in steps], whole, [row.accepts for row in self.rows],
+                             step_tokens=self.runner.step_tokens)
         cut = [w < s.size for w, s in zip(widths, steps)]
         for row, w, n in zip(self.rows, widths, whole):
             if w == 1 < n:  # its drafts did not pay for the width: rest from drafting, longer each time

@@ -43,6 +43,11 @@ class CompiledBatchRunner(ModelRunner):
     def new_batch_cache(self, capacity: int) -> BatchKVCache:
         return BatchKVCache(num_layers=self.num_layers, capacity=capacity, device=self.device, fixed=True)
 
+    def step_tokens(self, rows: int, width: int) -> int:
+        """A step narrower than two columns or rows runs padded to two (one graph for every shape): a width-1
+        step costs what a width-2 one does, so the step budget may fill the second column for nothing."""
+        return max(rows, SPARE) * max(width, MIN_DYNAMIC)
+
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask, hf_cache) -> torch.Tensor:
         out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask, use_cache=True, logits_to_keep=0,
                          **{self.cache_kw: hf_cache})

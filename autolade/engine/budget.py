@@ -10,6 +10,9 @@ every row whole comes within TIE of it),
 
     (rows + sum over rows of accepted_b(nodes packed by row b at W)) / c(rows x the widest row packed)
 
+where rows x width is what the runner computes for that shape: a compiled runner pads a step of one column
+to two, so there a width of 1 costs what 2 does and the second column is filled with drafts for nothing.
+
 Rows only differ in what they would accept, which each row learns as it goes (``AcceptanceCurve``):
 for every cut w of its tree, the drafts a step would have accepted had only the tree's first w nodes
 been packed. A verified path's nodes have rising indices, so one step tells every cut at once; a row
@@ -56,13 +59,17 @@ class AcceptanceCurve:
 
 
 def step_widths(step_cost: Callable[[float], float] | None, sizes: Sequence[int], trees: Sequence[int],
-                curves: Sequence[AcceptanceCurve]) -> list[int]:
+                curves: Sequence[AcceptanceCurve], *, step_tokens: Callable[[int, int], int] | None = None) -> list[int]:
     """Tokens each row packs this step: ``sizes[b]`` (its tree and window) or fewer (the first nodes of its
     tree, no window; 1 = its last token alone). ``trees[b]``: its tree's nodes, root included.
-    ``step_cost``: c(k) in ms, None: every row packs all it drafted."""
+    ``step_cost``: c(k) in ms, None: every row packs all it drafted. ``step_tokens(rows, width)``: the tokens
+    the runner computes for that shape (a compiled runner pads narrow steps: ``ModelRunner.step_tokens``);
+    None: rows x width."""
     n = len(sizes)
     if step_cost is None or n == 0:
         return list(sizes)
+
+    tokens = step_tokens or (lambda rows, width: rows * width)
 
     def packed(b: int, width: int) -> int:
         return sizes[b] if sizes[b] <= width else min(trees[b], width)
@@ -71,7 +78,7 @@ def step_widths(step_cost: Callable[[float], float] | None, sizes: Sequence[int]
     for width in range(1, max(sizes) + 1):
         plan = [packed(b, width) for b in range(n)]
         tree_nodes = [min(p, trees[b]) for b, p in enumerate(plan)]
-        rated.append(((n + sum(curves[b].at(t) for b, t in enumerate(tree_nodes))) / step_cost(n * max(plan)), plan))
+        rated.append(((n + sum(curves[b].at(t) for b, t in enumerate(tree_nodes))) / step_cost(tokens(n, max(plan))), plan))
     best_rate, best = max(rated, key=lambda x: x[0])
     whole_rate, whole = rated[-1]  # the widest row's width: every row packs all it drafted
     return whole if whole_rate * TIE >= best_rate else best

@@ -85,6 +85,10 @@ class ModelRunner:
         """The cache a ``BatchDecoder`` on this runner keeps its rows in."""
         return BatchKVCache(num_layers=self.num_layers, capacity=capacity, device=self.device)
 
+    def step_tokens(self, rows: int, width: int) -> int:
+        """Tokens a batched step of ``rows`` x ``width`` computes (what the step budget prices): all of them."""
+        return rows * width
+
     def forward(
         self, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, *, mask=None, keep: torch.Tensor | int = 1,
         kind: str = "packed",
