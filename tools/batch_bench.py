@@ -7,6 +7,10 @@ interleaved group by group in one process:
   batched   ``autolade.generate`` on the same padded batch: all rows in one forward per step (eager)
   one-by-one ``autolade.generate`` on each row alone, one after the other (eager)
   batched-compiled, one-by-one-compiled: the same with ``compile=True`` (``--arms``; warmed up before timing)
+  continuous-compiled  every prompt of the cell through the server's ``BatchLoop`` at most B rows at a time,
+            compiled: a row that finishes is replaced by the next prompt at the next step (``autolade serve`` /
+            ``autolade batch``), so no batch runs down to its slowest row (``--arms``; one run per cell, after
+            its groups)
 
     python3 tools/batch_bench.py --model smollm2-135m --dtype float32 --sets chat,code --batch 1,2,4,8 --prompts 8 -o out/batch-bench
 
@@ -36,7 +40,7 @@ from autolade.machine.models import eos_ids
 from autolade.tuning.harness import static_kwargs
 from autolade.workloads import encode_prompt
 
-ARMS = ("hf", "batched", "one-by-one", "batched-compiled", "one-by-one-compiled", "hf-static")
+ARMS = ("hf", "batched", "one-by-one", "batched-compiled", "one-by-one-compiled", "hf-static", "continuous-compiled")
 
 
 def run_group(model, rows, *, config, workload: str, n: int, pad: int, eos: set[int],
@@ -45,7 +49,7 @@ def run_group(model, rows, *, config, workload: str, n: int, pad: int, eos: set[
     every group, so that no group's length recompiles its graph)."""
     ids, mask = padded(rows, pad)
     timing, outputs, res = {}, {}, None
-    for arm in arms:
+    for arm in [a for a in arms if a != "continuous-compiled"]:
         t0 = time.perf_counter()
         if arm.startswith("hf"):
             static = static_kwargs(model, max(static_length, ids.shape[1] + n)) if arm == "hf-static" else {}
@@ -64,13 +68,41 @@ def run_group(model, rows, *, config, workload: str, n: int, pad: int, eos: set[
     alone = "one-by-one" if "one-by-one" in outputs else "one-by-one-compiled"
     batched = [a for a in ("batched", "batched-compiled") if a in outputs]
     batch = getattr(res, "batch", None)
-    return {"seconds": timing, "tokens": {k: sum(len(o) for o in v) for k, v in outputs.items()},
+    return {"seconds": timing, "tokens": {k: sum(len(o) for o in v) for k, v in outputs.items()}, "alone": outputs[alone],
             "batched_equals_one_by_one": {a: sum(x == y for x, y in zip(outputs[a], outputs[alone])) for a in batched},
             "hf_equals_one_by_one": sum(a == b for a, b in zip(outputs["hf"], outputs[alone])),
             "rows": len(rows), "steps": batch.steps if batch else res.stats.steps,
             "settings": (res.stats[0] if batch else res.stats).settings_source,
             "hole_share": batch.hole_share if batch else None, "packed_per_step": batch.packed_per_step if batch else None, "width_per_step": batch.width_per_step if batch else None,
             "alone_share": batch.alone_share if batch else None, "cut_share": batch.cut_share if batch else None}
+
+
+def run_continuous(model, tok, rows, *, max_rows: int, workload: str, n: int, eos: set[int], config) -> tuple[float, list]:
+    """Every row through one ``BatchLoop`` (the server's), ``max_rows`` in flight, compiled; (seconds, outputs)."""
+    from autolade.api import MEMORY_DEFAULT
+    from autolade.compiling import default_runners
+    from autolade.engine.batch import RowRequest
+    from autolade.machine.threads import release_thread_pool
+    from autolade.prepare import setup_run
+    from autolade.runtime.settings import stored_cost
+    from autolade.serve.batching import BatchLoop
+
+    loop = BatchLoop(model, max_rows=max_rows, step_cost=stored_cost(model, compiled=True), runner=default_runners().batch(model))
+    try:
+        requests = []
+        for r in rows:  # settings resolved per request, as the server's worker does, before the clock starts
+            run = setup_run(model, window=None, ngram=None, guesses=None, config=config, policy=None, workload=workload,
+                            sampled=False, memory=False, pad_single=False, memory_default=MEMORY_DEFAULT, tokenizer=tok,
+                            compile=True)
+            requests.append(RowRequest(prompt=r[0].tolist(), config=run.config, max_new_tokens=n, eos_ids=sorted(eos),
+                                       policy=run.policy, memory=run.answers, token_cost=run.token_cost, recycled=run.recycled))
+        release_thread_pool()  # as the server's worker does: this thread's OpenMP pool would slow the loop's
+        t0 = time.perf_counter()
+        jobs = [loop.submit(request) for request in requests]
+        outputs = [job.wait().out for job in jobs]
+        return time.perf_counter() - t0, outputs
+    finally:
+        loop.close()
 
 
 def main() -> None:
@@ -111,6 +143,8 @@ def main() -> None:
         warm = next(iter(encoded_sets.values()))[:2]
         run_group(model, warm, config=config, workload="chat", n=8, pad=pad, eos=eos, arms=arms,
                   static_length=static_length)  # compiles, untimed
+        if "continuous-compiled" in arms:
+            run_continuous(model, tok, warm, max_rows=2, workload="chat", n=8, eos=eos, config=config)
         for name, encoded in encoded_sets.items():
             for b in sizes:
                 if time.perf_counter() - start > 60 * args.max_minutes:
@@ -123,6 +157,15 @@ def main() -> None:
                 cells = [run_group(model, g, config=config, workload=name, n=args.max_new_tokens, pad=pad, eos=eos, arms=arms,
                                    static_length=static_length) for g in groups]
                 cell = {"set": name, "batch": b, "groups": len(cells), "settings": sorted({c["settings"] for c in cells})}
+                if "continuous-compiled" in arms:
+                    seconds, outs = run_continuous(model, tok, [r for g in groups for r in g], max_rows=b, workload=name,
+                                                   n=args.max_new_tokens, eos=eos, config=config)
+                    singles = [o for c in cells for o in c["alone"]]
+                    cells[0]["seconds"]["continuous-compiled"] = seconds
+                    cells[0]["tokens"]["continuous-compiled"] = sum(len(o) for o in outs)
+                    for c in cells[1:]:
+                        c["seconds"]["continuous-compiled"], c["tokens"]["continuous-compiled"] = 0.0, 0
+                    cell["continuous_equals_one_by_one"] = sum(x == y for x, y in zip(outs, singles))
                 for method in arms:
                     tokens = sum(c["tokens"][method] for c in cells)
                     seconds = sum(c["seconds"][method] for c in cells)
@@ -142,7 +185,7 @@ def main() -> None:
                 rates = ", ".join(f"{a} {cell[a]['tokens_per_s']}" for a in arms)
                 against = [alone] + [h for h in ("hf", "hf-static") if h in arms]
                 ratios = ", ".join(f"{a}/{h} {cell[a]['tokens_per_s'] / cell[h]['tokens_per_s']:.2f}x"
-                                   for a in arms if a.startswith("batched") for h in against)
+                                   for a in arms if a.startswith(("batched", "continuous")) for h in against)
                 print(f"{name} B={b}: tok/s {rates}; {ratios}; rows equal {alone} {cell['batched_equals_one_by_one']} "
                       f"of {cell['rows']}", flush=True)
 

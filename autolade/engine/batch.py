@@ -260,6 +260,7 @@ class BatchDecoder:
         mask = self._mask(block, positions)
         tf = self.clock.now()
         logits = self.runner.rows_forward(ids, positions, self.cache, mask=mask, keep=keep)  # [B, m, V]
+        forward_s = self.clock.since(tf)  # the forward alone (the clock waits for the device): not the rows' verifying
         kept, new_tokens = [], {}
         for b, (row, step, d) in enumerate(zip(self.rows, steps, drafted)):
             row_logits = logits[b, where[b]]  # [m_b, V]: this row's kept positions
@@ -269,7 +270,6 @@ class BatchDecoder:
                 row.drafter.advance_window(row_logits[step.n_tree :].argmax(-1).tolist())
             kept.append([0] + path)
             new_tokens[row.key] = new
-        forward_s = self.clock.since(tf)
         self.cache.keep(base, kept, [row.length for row in self.rows])
         step_s = self.clock.since(t0)
         width = ids.shape[1]

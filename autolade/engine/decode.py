@@ -159,8 +159,8 @@ def lookahead_step(
     if len(tree) == 1 and rows is None:
         tf = clock.now()
         logits = decode_one_token(runner, cache, tree.tokens[0])
-        tok = verifier.first(logits, drafter.tokens)
         forward_s = clock.since(tf)
+        tok = verifier.first(logits, drafter.tokens)
         drafter.observe(tree, logits[None])
         return [tok], StepOutcome(plan=plan, packed=1, window_tokens=0, accepted=0, accepted_from="none", step_s=clock.since(t0), forward_s=forward_s,
                                   match_len=lookup.match_len, shadow=lookup.shadow, emitted=(tok,))
@@ -168,8 +168,8 @@ def lookahead_step(
     mask = runner.packed_mask(step, base)
     tf = clock.now()
     logits = runner.forward(step.input_ids, step.position_ids, cache, mask=mask, keep=step.keep)  # [m, V]
-    path, new = verifier.verify(tree, logits[: step.n_tree], drafter.tokens)  # waits for the forward
-    forward_s = clock.since(tf)
+    forward_s = clock.since(tf)  # the clock waits for the device: the forward alone
+    path, new = verifier.verify(tree, logits[: step.n_tree], drafter.tokens)
     drafter.observe(tree, logits[: step.n_tree])
     if rows is not None:
         drafter.advance_window(logits[step.n_tree :].argmax(-1).tolist())

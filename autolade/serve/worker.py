@@ -25,6 +25,7 @@ from autolade.engine.batch import RowRequest
 from autolade.engine.sampling import make_verifier
 from autolade.errors import AutoladeError
 from autolade.machine.models import eos_ids
+from autolade.machine.threads import release_thread_pool
 from autolade.prepare import RunSetup, setup_run, stats_of, stop_fn
 from autolade.runtime.settings import stored_compile, stored_cost
 from autolade.serve.batching import BatchLoop
@@ -65,6 +66,7 @@ class ModelServer:
         self.context = int(getattr(getattr(model.config, "get_text_config", lambda: model.config)(),
                                    "max_position_embeddings", 0) or 0)
         self.started = threading.Event()  # set once the first request decoded (warm)
+        release_thread_pool()  # this thread's OpenMP workers would slow the loop's (machine/threads.py)
 
     def warm_up(self) -> float:
         """Decode two short rows through the loop, so that a compiled step's graph is built before the first
@@ -121,6 +123,7 @@ class ModelServer:
                              stop=stop_fn(None, list(req.stop) or None, self.tokenizer), policy=run.policy,
                              verifier=verifier, on_tokens=on_tokens, memory=run.answers, token_cost=run.token_cost,
                              recycled=run.recycled)  # fmt: skip
+        release_thread_pool()  # if settling the settings ran a parallel op here, its pool would slow the loop's
         return request, run
 
     def run(self, req: DecodeRequest, *, on_text: Callable[[str], None] | None = None,
