@@ -66,12 +66,12 @@ def test_a_padding_column_sees_only_itself():
         assert (wide[:, 0, j] == 0).nonzero()[:, 1].tolist() == [3 + j, 3 + j], "padding column j sees only itself"
 
 
-
 def test_the_step_budget_is_told_the_shape_that_runs():
     """Narrow steps run padded to two columns and two rows (one graph for every shape); the eager runner
     computes what it is given."""
     model = MODELS["llama"]()
-    assert CompiledBatchRunner(model).step_tokens(1, 1) == 4
-    assert CompiledBatchRunner(model).step_tokens(4, 1) == 8
-    assert CompiledBatchRunner(model).step_tokens(4, 3) == 12
+    compiled = CompiledBatchRunner(model)
+    assert compiled.step_tokens(1, 1) == 4
+    assert compiled.step_tokens(4, 1) == 8
+    assert compiled.step_tokens(4, 3) == 12
     assert ModelRunner(model).step_tokens(4, 1) == 4

@@ -7,7 +7,7 @@ interleaved group by group in one process:
   batched   ``autolade.generate`` on the same padded batch: all rows in one forward per step (eager)
   one-by-one ``autolade.generate`` on each row alone, one after the other (eager)
   batched-compiled, one-by-one-compiled: the same with ``compile=True`` (``--arms``; warmed up before timing)
-  continuous-compiled  every prompt of the cell through the server's ``BatchLoop`` at most B rows at a time,
+  continuous-compiled  every prompt of the cell through the server's ``ModelServer`` at most B rows at a time,
             compiled: a row that finishes is replaced by the next prompt at the next step (``autolade serve`` /
             ``autolade batch``), so no batch runs down to its slowest row (``--arms``; one run per cell, after
             its groups)
@@ -77,32 +77,22 @@ def run_group(model, rows, *, config, workload: str, n: int, pad: int, eos: set[
             "alone_share": batch.alone_share if batch else None, "cut_share": batch.cut_share if batch else None}
 
 
-def run_continuous(model, tok, rows, *, max_rows: int, workload: str, n: int, eos: set[int], config) -> tuple[float, list]:
-    """Every row through one ``BatchLoop`` (the server's), ``max_rows`` in flight, compiled; (seconds, outputs)."""
-    from autolade.api import MEMORY_DEFAULT
-    from autolade.compiling import default_runners
-    from autolade.engine.batch import RowRequest
-    from autolade.machine.threads import release_thread_pool
-    from autolade.prepare import setup_run
-    from autolade.runtime.settings import stored_cost
-    from autolade.serve.batching import BatchLoop
+def run_continuous(model, tok, rows, *, max_rows: int, workload: str, n: int, config) -> tuple[float, list]:
+    """Every row through a ``ModelServer`` (the server's own request path and ``BatchLoop``), greedy, ``max_rows``
+    in flight, compiled; (seconds, outputs)."""
+    from autolade.serve.requests import DecodeRequest
+    from autolade.serve.worker import ModelServer
 
-    loop = BatchLoop(model, max_rows=max_rows, step_cost=stored_cost(model, compiled=True), runner=default_runners().batch(model))
-    try:
-        requests = []
-        for r in rows:  # settings resolved per request, as the server's worker does, before the clock starts
-            run = setup_run(model, window=None, ngram=None, guesses=None, config=config, policy=None, workload=workload,
-                            sampled=False, memory=False, pad_single=False, memory_default=MEMORY_DEFAULT, tokenizer=tok,
-                            compile=True)
-            requests.append(RowRequest(prompt=r[0].tolist(), config=run.config, max_new_tokens=n, eos_ids=sorted(eos),
-                                       policy=run.policy, memory=run.answers, token_cost=run.token_cost, recycled=run.recycled))
-        release_thread_pool()  # as the server's worker does: this thread's OpenMP pool would slow the loop's
+    server = ModelServer(model, tok, name="bench", workload=workload, memory=False, config=config, max_batch=max_rows,
+                         compile=True)
+    try:  # each request's settings resolved as the server resolves them, before the clock starts
+        requests = [server.prepare(DecodeRequest(chat=True, temperature=0.0), r, n, lambda tokens: None)[0] for r in rows]
         t0 = time.perf_counter()
-        jobs = [loop.submit(request) for request in requests]
+        jobs = [server.loop.submit(request) for request in requests]
         outputs = [job.wait().out for job in jobs]
         return time.perf_counter() - t0, outputs
     finally:
-        loop.close()
+        server.loop.close()
 
 
 def main() -> None:
@@ -116,7 +106,7 @@ def main() -> None:
     ap.add_argument("--config", "-c", default="auto", help="W,N,G[,...] for every row, or auto: what generate() picks for "
                     "the set's workload (stored profile, prediction, default)")
     ap.add_argument("--arms", default=",".join(ARMS[:3]), help=f"what runs, in this order, group by group: {', '.join(ARMS)} "
-                    "(hf and a one-by-one arm are needed: the ratios and the exactness check are against them)")
+                    "(hf, a one-by-one and a batched arm are needed: the ratios and the exactness check are against the first two, the step statistics come from the third)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--max-minutes", type=float, default=60.0, help="start no new cell after this many minutes")
     ap.add_argument("-o", "--out", default="out/batch-bench")
@@ -126,8 +116,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     sizes = [int(b) for b in args.batch.split(",")]
     arms = tuple(args.arms.split(","))
-    if set(arms) - set(ARMS) or "hf" not in arms or not {"one-by-one", "one-by-one-compiled"} & set(arms):
-        ap.error(f"--arms: from {', '.join(ARMS)}, with hf and a one-by-one arm")
+    if (set(arms) - set(ARMS) or "hf" not in arms or not {"one-by-one", "one-by-one-compiled"} & set(arms)
+            or not {"batched", "batched-compiled"} & set(arms)):  # a group's step statistics come from a batched arm
+        ap.error(f"--arms: from {', '.join(ARMS)}, with hf, a one-by-one arm and a batched arm")
     model, tok = autolade.load(args.model, dtype=args.dtype)
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     eos = set(eos_ids(model))
@@ -144,7 +135,7 @@ def main() -> None:
         run_group(model, warm, config=config, workload="chat", n=8, pad=pad, eos=eos, arms=arms,
                   static_length=static_length)  # compiles, untimed
         if "continuous-compiled" in arms:
-            run_continuous(model, tok, warm, max_rows=2, workload="chat", n=8, eos=eos, config=config)
+            run_continuous(model, tok, warm, max_rows=2, workload="chat", n=8, config=config)
         for name, encoded in encoded_sets.items():
             for b in sizes:
                 if time.perf_counter() - start > 60 * args.max_minutes:
@@ -159,7 +150,7 @@ def main() -> None:
                 cell = {"set": name, "batch": b, "groups": len(cells), "settings": sorted({c["settings"] for c in cells})}
                 if "continuous-compiled" in arms:
                     seconds, outs = run_continuous(model, tok, [r for g in groups for r in g], max_rows=b, workload=name,
-                                                   n=args.max_new_tokens, eos=eos, config=config)
+                                                   n=args.max_new_tokens, config=config)
                     singles = [o for c in cells for o in c["alone"]]
                     cells[0]["seconds"]["continuous-compiled"] = seconds
                     cells[0]["tokens"]["continuous-compiled"] = sum(len(o) for o in outs)

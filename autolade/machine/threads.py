@@ -6,9 +6,10 @@ outnumber the CPUs, makes every pool's workers sleep right after each parallel r
 (its "throttled" spin count). A decode step is thousands of small parallel regions, so each then pays a wake-up:
 on the 2-core Xeon a SmolLM2 forward of 4 x 2 tokens took 81-86 ms in a second thread once the main thread had
 run any parallel op, against 61-63 ms when it had not (BENCHMARKS.md, 2026-12-08); the server's batch loop is
-such a second thread (``autolade serve``'s own main thread runs no parallel op before it: there this is a guard). ``omp_pause_resource_all(omp_pause_hard)`` makes libgomp free the calling
-thread's pool (its workers exit), so a thread that is done computing calls ``release_thread_pool`` and the
-decoding thread's pool is the only one left. Other OpenMP runtimes (LLVM's libomp, Intel's) pause the whole
+such a second thread (``autolade serve``'s own main thread runs no parallel op before it: there this is a
+guard). ``omp_pause_resource_all(omp_pause_hard)`` makes libgomp free the calling thread's pool (its workers
+exit), so a thread that is done computing calls ``release_thread_pool`` and the decoding thread's pool is the only
+one left. Other OpenMP runtimes (LLVM's libomp, Intel's) pause the whole
 runtime instead, so they are left alone.
 """
 
@@ -32,9 +33,10 @@ def loaded_libgomp(maps: str | None = None) -> str | None:
         except OSError:
             return None
     for line in maps.splitlines():
-        path = line.split()[-1] if line.split() else ""
-        if Path(path).name.startswith("libgomp") and ".so" in Path(path).name:
-            return path
+        fields = line.split()  # address, perms, offset, device, inode[, path]
+        name = Path(fields[-1]).name if fields else ""
+        if name.startswith("libgomp") and ".so" in name:
+            return fields[-1]
     return None
 
 
